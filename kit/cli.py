@@ -1,0 +1,146 @@
+"""The `kit` command line.
+
+  kit doctor                                   versions, domains, embedded model, CPU/GPU
+  kit replay [--domains ...] [--no-tau2]       gold-replay table over τ² domains
+  kit verify --domain D --input FILE.jsonl     one JSON verdict per SimulationRun line
+  kit export --domain D --out FILE.jsonl       gold + near-miss trajectories as SimulationRuns
+  kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from kit.doctor import report
+
+    rows = report()
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from kit.bench import gold_replay
+
+    rows = [gold_replay(d, with_tau2=not args.no_tau2, limit=args.limit) for d in args.domains]
+    print(f"{'domain':<9} {'tasks':>5} {'kit=1':>6} {'tau2=1':>6} {'kit ms/task':>11} {'tau2 ms/task':>12}")
+    for r in rows:
+        tau2 = f"{r.tau2_pass:>6}" if not args.no_tau2 else f"{'-':>6}"
+        print(f"{r.domain:<9} {r.tasks:>5} {r.kit_pass:>6} {tau2} {1000 * r.kit_s / max(r.tasks, 1):>11.2f} "
+              f"{1000 * r.tau2_s / max(r.tasks, 1):>12.1f}")
+    for r in rows:
+        for f in r.failures:
+            print(f"  not 1 in {r.domain}: {f}")
+    if any(r.domain == "mock" and r.failures for r in rows):
+        print("  note: mock task 'update_task_with_history_and_env_assertions' asserts task_2 is 'completed' "
+              "but lists no gold action that completes it, so its own gold replay fails in tau2 as well.")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from kit.envs import load_domain
+    from kit.trajectory import BadLine, Trajectory, read_simulations
+    from kit.verify import verify
+
+    dom = load_domain(args.domain)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    bad = 0
+    try:
+        for item in read_simulations(args.input):
+            if isinstance(item, BadLine):
+                bad += 1
+                print(f"error: {item}", file=sys.stderr)
+                out.write(json.dumps({"line": item.lineno, "error": item.reason}) + "\n")
+                continue
+            try:
+                task = dom.task(item.task_id)
+            except KeyError as e:
+                bad += 1
+                print(f"error: {args.input}: {e.args[0]}", file=sys.stderr)
+                out.write(json.dumps({"task_id": item.task_id, "error": e.args[0]}) + "\n")
+                continue
+            verdict = verify(dom, task, Trajectory.from_tau2(item, args.domain))
+            out.write(json.dumps(verdict.summary()) + "\n")
+            out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 1 if bad else 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from kit.bench import trajectory_set
+
+    pairs = trajectory_set(args.domain, limit=args.tasks, min_mutants=args.mutants)
+    with open(args.out, "w", encoding="utf-8") as f:
+        for _, traj in pairs:
+            f.write(traj.to_tau2().model_dump_json() + "\n")
+    print(f"wrote {len(pairs)} trajectories to {args.out}")
+    return 0
+
+
+def _cmd_bench_verify(args: argparse.Namespace) -> int:
+    from kit.bench import bench_verify, trajectory_set
+
+    t0 = time.perf_counter()
+    pairs = trajectory_set(args.domain, limit=args.tasks, min_mutants=args.mutants)
+    print(f"{len(pairs)} trajectories ({len({t.id for t, _ in pairs})} tasks, gold + near-misses) "
+          f"built in {time.perf_counter() - t0:.1f} s")
+    res = bench_verify(args.domain, pairs)
+    for d in res.disagreements[:20]:
+        print("DISAGREE", d)
+    print(f"median: kit {statistics.median(res.kit_ms):.2f} ms, tau2 {statistics.median(res.tau2_ms):.1f} ms; "
+          f"p90 kit {sorted(res.kit_ms)[int(0.9 * (res.n - 1))]:.2f} ms")
+    print(res.line())
+    return 0 if res.agree == res.n else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    sub.add_parser("doctor", help="versions, domains, embedded model, CPU/GPU").set_defaults(fn=_cmd_doctor)
+
+    r = sub.add_parser("replay", help="gold-replay table (kit and tau2 rewards)")
+    r.add_argument("--domains", nargs="+", default=["mock", "airline", "retail", "telecom"])
+    r.add_argument("--no-tau2", action="store_true", help="skip tau2's evaluator (kit only)")
+    r.add_argument("--limit", type=int, default=None, help="first N tasks per domain")
+    r.set_defaults(fn=_cmd_replay)
+
+    v = sub.add_parser("verify", help="verify tau2 SimulationRuns (JSONL)")
+    v.add_argument("--domain", required=True)
+    v.add_argument("--input", required=True, help="JSONL, one tau2 SimulationRun per line")
+    v.add_argument("--output", default=None, help="write verdicts here (default: stdout)")
+    v.set_defaults(fn=_cmd_verify)
+
+    e = sub.add_parser("export", help="write gold + near-miss trajectories as SimulationRun JSONL")
+    e.add_argument("--domain", required=True)
+    e.add_argument("--out", required=True)
+    e.add_argument("--tasks", type=int, default=None, help="first N tasks (default: all)")
+    e.add_argument("--mutants", type=int, default=5, help="at least this many near-misses per task")
+    e.set_defaults(fn=_cmd_export)
+
+    b = sub.add_parser("bench", help="benchmarks (not tests)")
+    bsub = b.add_subparsers(dest="bench", required=True)
+    bv = bsub.add_parser("verify", help="kit vs tau2 on the same trajectories")
+    bv.add_argument("--domain", required=True)
+    bv.add_argument("--tasks", type=int, default=None, help="first N tasks (default: all)")
+    bv.add_argument("--mutants", type=int, default=5)
+    bv.set_defaults(fn=_cmd_bench_verify)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.fn(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""A domain loaded once: pristine databases, policy, tools, tasks; forks per episode.
+
+    from kit.envs import load_domain
+    dom = load_domain("airline")            # reads db.json once per process
+    task = dom.task("5")
+    env = dom.fork(task)                    # initial state, init data, init actions, history
+    obs = env.call_tool("get_user_details", {"user_id": "mia_li_3668"})
+    env.diff()                              # records changed so far, old -> new
+
+Domains come from tau2's registry (mock, airline, retail, telecom) or from
+`register_domain` (your own; see docs/adding_a_domain.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Optional
+
+from kit import _tau2  # noqa: F401  (sets the offline environment before tau2 loads)
+from kit.envs.cow import WriteGuard, fork_db, table_fields
+from kit.envs.episode import EpisodeEnv
+
+from tau2.data_model.tasks import Task  # noqa: E402
+from tau2.environment.toolkit import ToolType  # noqa: E402
+
+BUILTIN_DOMAINS = ("mock", "airline", "retail", "telecom")
+
+# name -> (environment constructor, tasks loader(split) -> list[Task], default split)
+_CUSTOM: dict[str, tuple[Callable[[], Any], Callable[[Optional[str]], list[Task]], Optional[str]]] = {}
+_LOADED: dict[str, "Domain"] = {}
+_LOCK = threading.Lock()
+
+
+def register_domain(
+    name: str,
+    get_environment: Callable[..., Any],
+    get_tasks: Optional[Callable[[Optional[str]], list[Task]]] = None,
+    default_split: Optional[str] = None,
+) -> None:
+    """Make a domain of your own loadable by name (see docs/adding_a_domain.md).
+
+    `get_environment()` returns a tau2 `Environment` (tools = a `ToolKitBase` subclass over
+    a pydantic `DB`); `get_tasks(split)` returns tau2 `Task`s (optional).
+    """
+    if name in BUILTIN_DOMAINS:
+        raise ValueError(f"domain name '{name}' is taken by a built-in τ² domain")
+    _CUSTOM[name] = (get_environment, get_tasks or (lambda split=None: []), default_split)
+    _LOADED.pop(name, None)
+
+
+def available_domains() -> list[str]:
+    return list(BUILTIN_DOMAINS) + sorted(_CUSTOM)
+
+
+def load_domain(name: str) -> "Domain":
+    """The domain called `name`, loaded once per process."""
+    with _LOCK:
+        if name not in _LOADED:
+            _LOADED[name] = Domain._load(name)
+        return _LOADED[name]
+
+
+class Domain:
+    """Pristine state + tools of one domain. Never mutated after load: fork it."""
+
+    GOLD_CACHE_SIZE = 4096
+
+    def __init__(self, name: str, base_env: Any, get_tasks: Callable, default_split: Optional[str]):
+        self.name = name
+        self.base_env = base_env
+        self.policy: str = base_env.get_policy()
+        self._get_tasks = get_tasks
+        self.default_split = default_split
+        self.pristine_agent_db = base_env.tools.db
+        self.pristine_user_db = base_env.user_tools.db if base_env.user_tools is not None else None
+        self._agent_tables = table_fields(self.pristine_agent_db)
+        self._user_tables = table_fields(self.pristine_user_db) if self.pristine_user_db is not None else []
+        self._tools = {
+            "assistant": {t.name: t for t in base_env.get_tools()},
+            "user": {t.name: t for t in base_env.get_user_tools()} if base_env.user_tools is not None else {},
+        }
+        self._gold: OrderedDict[str, EpisodeEnv] = OrderedDict()
+        self._task_index: Optional[dict[str, Task]] = None
+
+    @classmethod
+    def _load(cls, name: str) -> "Domain":
+        if name in _CUSTOM:
+            get_env, get_tasks, split = _CUSTOM[name]
+            return cls(name, get_env(), get_tasks, split)
+        if name not in BUILTIN_DOMAINS:
+            raise KeyError(f"unknown domain '{name}'; available: {', '.join(available_domains())}")
+        registry = _tau2.registry
+        base_env = registry.get_env_constructor(name)()
+        loader = registry.get_tasks_loader(name)
+        # tau2's default task set per domain: mock has one list; the others use "base".
+        split = None if name == "mock" else "base"
+        return cls(name, base_env, loader, split)
+
+    # -- tasks --------------------------------------------------------------------------
+    def tasks(self, split: Optional[str] = "default") -> list[Task]:
+        """Tasks of a split ('default' = tau2's default task set; None = every task)."""
+        if split == "default":
+            split = self.default_split
+        return self._get_tasks(split) if split is not None else self._get_tasks(None)
+
+    def task(self, task_id: str) -> Task:
+        if self._task_index is None:
+            self._task_index = {t.id: t for t in self.tasks(None)}
+        if task_id not in self._task_index:
+            raise KeyError(f"task '{task_id}' not found in domain '{self.name}'")
+        return self._task_index[task_id]
+
+    # -- tools --------------------------------------------------------------------------
+    def tool(self, name: str, requestor: str = "assistant"):
+        return self._tools.get(requestor, {}).get(name)
+
+    def tool_names(self, requestor: str = "assistant") -> list[str]:
+        return list(self._tools.get(requestor, {}))
+
+    def tool_schemas(self, requestor: str = "assistant") -> list[dict]:
+        """OpenAI function-calling schemas of the assistant's (or the user's) tools."""
+        return [t.openai_schema for t in self._tools.get(requestor, {}).values()]
+
+    def tool_kind(self, name: str, requestor: str = "assistant") -> str:
+        kit = self.base_env.user_tools if requestor == "user" else self.base_env.tools
+        try:
+            return ToolType(kit.tool_type(name)).value
+        except Exception:
+            return "unknown"
+
+    def is_write_tool(self, name: str, requestor: str = "assistant") -> bool:
+        return self.tool_kind(name, requestor) != ToolType.READ.value
+
+    # -- state --------------------------------------------------------------------------
+    def pristine_record(self, side: str, table: str, key: Any) -> Any:
+        db = self.pristine_agent_db if side == "agent" else self.pristine_user_db
+        value = db.__dict__.get(table)
+        if key is None or key == "":
+            return canonical_obj(value)
+        return canonical_obj(dict.get(value, key)) if isinstance(value, dict) else None
+
+    def fork(self, task: Optional[Task] = None, history: Optional[list] = None) -> EpisodeEnv:
+        """A fresh episode environment: pristine state + the task's initial state.
+
+        `history` (kit Messages) replaces the task's own message history, as tau2's
+        evaluator does when it replays a whole trajectory.
+        """
+        guard = WriteGuard()
+        env = copy.copy(self.base_env)
+        env.tools = copy.copy(self.base_env.tools)
+        env.tools.db = fork_db(self.pristine_agent_db, self._agent_tables, guard)
+        if self.base_env.user_tools is not None:
+            env.user_tools = copy.copy(self.base_env.user_tools)
+            env.user_tools.db = fork_db(self.pristine_user_db, self._user_tables, guard)
+        env.make_tool_call = _guarded(env, guard)
+        episode = EpisodeEnv(self, env, guard)
+        if task is not None:
+            from kit.trajectory import messages_from_tau2
+
+            state = task.initial_state
+            if state is not None and state.initialization_data is not None:
+                if state.initialization_data.agent_data is not None:
+                    env.tools.update_db(state.initialization_data.agent_data)
+                if state.initialization_data.user_data is not None:
+                    env.user_tools.update_db(state.initialization_data.user_data)
+            if state is not None and state.initialization_actions is not None:
+                for action in state.initialization_actions:
+                    env.run_env_function_call(action)
+            if history is None and state is not None and state.message_history:
+                history = messages_from_tau2(state.message_history)
+        episode.replay(history or [])
+        return episode
+
+    def gold_state(self, task: Task) -> EpisodeEnv:
+        """The state the task's gold actions reach (cached per task content)."""
+        key = hashlib.sha256(task.model_dump_json().encode()).hexdigest()
+        with _LOCK:
+            hit = self._gold.get(key)
+            if hit is not None:
+                self._gold.move_to_end(key)
+                return hit
+        env = self.fork(task)
+        for action in (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []:
+            env.execute(action.name, dict(action.arguments), action.requestor)
+        with _LOCK:
+            self._gold[key] = env
+            while len(self._gold) > self.GOLD_CACHE_SIZE:
+                self._gold.popitem(last=False)
+        return env
+
+
+def canonical_obj(value: Any) -> Any:
+    from kit.envs.cow import dump_record
+
+    return dump_record(value) if value is not None else None
+
+
+def _guarded(env: Any, guard: WriteGuard) -> Callable:
+    """env.make_tool_call with the write guard off for READ tools (no copies on reads)."""
+    base_call = env.make_tool_call
+
+    def make_tool_call(tool_name: str, requestor: str = "assistant", **kwargs: Any) -> Any:
+        kit = env.user_tools if requestor == "user" else env.tools
+        try:
+            read = kit is not None and kit.has_tool(tool_name) and kit.tool_type(tool_name) == ToolType.READ
+        except Exception:
+            read = False
+        guard.writing = not read
+        try:
+            return base_call(tool_name, requestor=requestor, **kwargs)
+        finally:
+            guard.writing = True
+
+    return make_tool_call

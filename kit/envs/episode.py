@@ -1,0 +1,250 @@
+"""One episode's environment: a fork of a domain, tool calls, state hash and state diff.
+
+Two ways to call a tool:
+- `call_tool` is what rollouts use: it checks the call first (malformed JSON arguments,
+  unknown tool, unknown or missing argument names, wrong types) and answers a structured
+  error observation without touching the state when the call is bad;
+- `execute` is tau2's own semantics (`Environment.get_response`): run the tool, turn any
+  exception into "Error: ...". Verification replays recorded trajectories with it, so a
+  replay gives exactly the observations tau2 would give.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+from pydantic import BaseModel, ValidationError
+
+from kit.envs.cow import WriteGuard, canonical, db_changes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kit.envs.domain import Domain
+
+Requestor = Literal["assistant", "user"]
+
+
+@dataclass
+class Observation:
+    """What a tool call returns to the caller (the content of a tool message)."""
+
+    content: str
+    error: bool = False
+    error_kind: Optional[str] = None  # malformed_arguments | unknown_tool | bad_arguments | tool_error
+
+
+@dataclass
+class RecordChange:
+    """One record that differs between two states: which side, table, key, old → new."""
+
+    side: Literal["agent", "user"]
+    table: str
+    key: Any
+    old: Any
+    new: Any
+
+    @property
+    def op(self) -> str:
+        if self.old is None:
+            return "added"
+        if self.new is None:
+            return "removed"
+        return "changed"
+
+    def fields_changed(self) -> dict[str, tuple[Any, Any]]:
+        """Field-level old → new for a changed record (top-level fields only)."""
+        if not (isinstance(self.old, dict) and isinstance(self.new, dict)):
+            return {"": (self.old, self.new)}
+        keys = set(self.old) | set(self.new)
+        return {
+            k: (self.old.get(k), self.new.get(k))
+            for k in sorted(keys)
+            if canonical(self.old.get(k)) != canonical(self.new.get(k))
+        }
+
+
+class ReplayError(ValueError):
+    """A recorded tool result does not match what the environment returns on replay."""
+
+
+@dataclass
+class EpisodeEnv:
+    domain: "Domain"
+    env: Any  # a tau2 Environment whose databases are forks of the domain's pristine ones
+    guard: WriteGuard
+    errors: list[Observation] = field(default_factory=list)
+
+    # -- tools --------------------------------------------------------------------------
+    def _toolkit(self, requestor: Requestor):
+        return self.env.user_tools if requestor == "user" else self.env.tools
+
+    def execute(self, name: str, arguments: dict, requestor: Requestor = "assistant") -> Observation:
+        """tau2's `get_response`: run the tool, sync, serialize; exceptions become 'Error: ...'."""
+        try:
+            resp = self.env.make_tool_call(name, requestor=requestor, **arguments)
+            self.env.sync_tools()
+            error = False
+        except Exception as e:  # tau2 turns every tool exception into an observation
+            resp, error = f"Error: {e}", True
+        return Observation(self.env.to_json_str(resp), error, "tool_error" if error else None)
+
+    def call_tool(
+        self, name: str, arguments: dict | str | None, requestor: Requestor = "assistant"
+    ) -> Observation:
+        """Validated tool call for rollouts: a bad call never changes the state."""
+        obs = self._check_call(name, arguments, requestor)
+        if obs is None:
+            args = arguments if isinstance(arguments, dict) else json.loads(arguments or "{}")
+            obs = self.execute(name, args, requestor)
+        if obs.error:
+            self.errors.append(obs)
+        return obs
+
+    def _check_call(self, name: str, arguments: Any, requestor: Requestor) -> Optional[Observation]:
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as e:
+                return Observation(
+                    f"Error: arguments of '{name}' are not valid JSON ({e.msg} at char {e.pos})",
+                    True,
+                    "malformed_arguments",
+                )
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            return Observation(
+                f"Error: arguments of '{name}' must be a JSON object, got {type(arguments).__name__}",
+                True,
+                "malformed_arguments",
+            )
+        tool = self.domain.tool(name, requestor)
+        if tool is None:
+            known = ", ".join(sorted(self.domain.tool_names(requestor)))
+            return Observation(
+                f"Error: unknown tool '{name}' for the {requestor}. Known tools: {known}",
+                True,
+                "unknown_tool",
+            )
+        params: type[BaseModel] = tool.params
+        unknown = sorted(set(arguments) - set(params.model_fields))
+        if unknown:
+            return Observation(
+                f"Error: tool '{name}' has no argument(s) {unknown}; "
+                f"its arguments are {sorted(params.model_fields)}",
+                True,
+                "bad_arguments",
+            )
+        try:
+            params.model_validate(arguments)
+        except ValidationError as e:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+            )
+            return Observation(f"Error: bad arguments for '{name}': {problems}", True, "bad_arguments")
+        return None
+
+    def run_assertion(self, assertion) -> bool:
+        """Run a tau2 EnvAssertion on this state (never raises on a failed assertion)."""
+        return bool(self.env.run_env_assertion(assertion, raise_assertion_error=False))
+
+    # -- replay -------------------------------------------------------------------------
+    def replay(self, messages: list, check: bool = True) -> None:
+        """Re-run the tool calls of `messages` (kit Messages) as tau2's `set_state` does.
+
+        With `check`, a recorded result that differs from the replayed one raises
+        ReplayError, exactly where tau2 raises its ValueError.
+        """
+        i, n = 0, len(messages)
+        while i < n:
+            msg = messages[i]
+            i += 1
+            if msg.role == "tool":
+                raise ReplayError("Tool message not expected. Tool messages should always follow a tool call.")
+            if msg.role in ("assistant", "user") and msg.tool_calls:
+                for tc in msg.tool_calls:
+                    if i >= n:
+                        raise ReplayError("Tool message expected. Got None.")
+                    tm = messages[i]
+                    i += 1
+                    if tm.role != "tool":
+                        raise ReplayError(f"Tool message expected. Got {tm.role}")
+                    if tc.id != tm.tool_call_id:
+                        raise ReplayError(f"Tool call id mismatch. Got {tc.id} and {tm.tool_call_id}")
+                    obs = self.execute(tc.name, tc.arguments, tc.requestor)
+                    if check and _loads(obs.content) != _loads(tm.content or ""):
+                        raise ReplayError(
+                            f"Tool call {tc.name}({tc.arguments}) returned {obs.content[:200]!r}, "
+                            f"trajectory recorded {str(tm.content)[:200]!r}"
+                        )
+        self.env.sync_tools()
+
+    # -- state --------------------------------------------------------------------------
+    def _dbs(self):
+        yield "agent", self.domain.pristine_agent_db, getattr(self.env.tools, "db", None)
+        if self.env.user_tools is not None:
+            yield "user", self.domain.pristine_user_db, getattr(self.env.user_tools, "db", None)
+
+    def diff(self, other: Optional["EpisodeEnv"] = None) -> list[RecordChange]:
+        """Records that differ from the pristine domain state (or from `other`'s state)."""
+        if other is None:
+            return [
+                RecordChange(side, table, key, old, new)
+                for side, base, db in self._dbs()
+                if db is not None
+                for table, key, old, new in db_changes(base, db)
+            ]
+        mine = {(c.side, c.table, _key(c.key)): c.new for c in self.diff()}
+        theirs = {(c.side, c.table, _key(c.key)): c.new for c in other.diff()}
+        out = []
+        for k in sorted(set(mine) | set(theirs), key=str):
+            a, b = theirs.get(k, _PRISTINE), mine.get(k, _PRISTINE)
+            if a is _PRISTINE or b is _PRISTINE or canonical(a) != canonical(b):
+                side, table, key = k
+                old = a if a is not _PRISTINE else self.domain.pristine_record(side, table, key)
+                new = b if b is not _PRISTINE else self.domain.pristine_record(side, table, key)
+                if canonical(old) != canonical(new):
+                    out.append(RecordChange(side, table, key, old, new))
+        return out
+
+    def same_state(self, other: "EpisodeEnv") -> bool:
+        """Both databases equal (what tau2's DB check decides), comparing touched records only."""
+        return self.fingerprint() == other.fingerprint()
+
+    def fingerprint(self) -> str:
+        """A hash of the state that costs O(changed records): equal states, equal prints.
+
+        It hashes the changes from the domain's pristine state, so it compares states of
+        one loaded domain; `state_hash` is the portable (tau2-compatible, slower) one.
+        """
+        h = hashlib.sha256(self.domain.name.encode())
+        for c in self.diff():
+            h.update(canonical([c.side, c.table, str(c.key), c.new]).encode())
+        return h.hexdigest()
+
+    def agent_db_hash(self) -> Optional[str]:
+        """tau2's own `get_db_hash` (a full dump: exact, but slow on big databases)."""
+        return self.env.get_db_hash()
+
+    def user_db_hash(self) -> Optional[str]:
+        return self.env.get_user_db_hash()
+
+    def state_hash(self) -> str:
+        """tau2-compatible hash of both databases (sha256 of the two tau2 hashes)."""
+        return hashlib.sha256(f"{self.agent_db_hash()}|{self.user_db_hash()}".encode()).hexdigest()
+
+
+_PRISTINE = object()
+
+
+def _key(key: Any) -> Any:
+    return key if key is not None else ""
+
+
+def _loads(content: str) -> Any:
+    try:
+        return json.loads(content)
+    except (json.JSONDecodeError, TypeError):
+        return content

@@ -1,0 +1,142 @@
+"""Episode environments over the real τ² domains: forks, tool calls, bad input, state."""
+
+import json
+
+import pytest
+
+from kit import _tau2
+from kit.envs import load_domain
+from kit.replay import gold_trajectory
+from kit.verify import verify
+
+
+@pytest.fixture(scope="module")
+def airline():
+    return load_domain("airline")
+
+
+def _tau2_env_after(domain_name, calls):
+    env = _tau2.registry.get_env_constructor(domain_name)()
+    for name, args, requestor in calls:
+        try:
+            env.make_tool_call(name, requestor=requestor, **args)
+            env.sync_tools()
+        except Exception:
+            pass
+    return env
+
+
+def test_all_four_domains_load_with_tools_and_tasks():
+    counts = {}
+    for name in ["mock", "airline", "retail", "telecom"]:
+        dom = load_domain(name)
+        counts[name] = len(dom.tasks())
+        assert dom.tool_schemas("assistant"), name
+        assert dom.policy
+    assert counts == {"mock": 9, "airline": 50, "retail": 114, "telecom": 114}
+    assert len(load_domain("telecom").tool_names("user")) > 10  # the user's device tools
+
+
+def test_read_then_write_changes_only_the_touched_records(airline):
+    env = airline.fork()
+    obs = env.call_tool("get_reservation_details", {"reservation_id": "4WQ150"})
+    assert not obs.error and json.loads(obs.content)["reservation_id"] == "4WQ150"
+    assert env.diff() == []
+    obs = env.call_tool("cancel_reservation", {"reservation_id": "4WQ150"})
+    assert not obs.error, obs.content
+    changes = env.diff()
+    assert [(c.table, c.key, c.op) for c in changes] == [("reservations", "4WQ150", "changed")]
+    assert changes[0].fields_changed()["status"] == (None, "cancelled")
+
+
+def test_forks_are_isolated_and_pristine_state_never_changes(airline):
+    a, b = airline.fork(), airline.fork()
+    a.call_tool("cancel_reservation", {"reservation_id": "4WQ150"})
+    assert b.diff() == [] and airline.fork().diff() == []
+    assert airline.pristine_agent_db.reservations["4WQ150"].status is None
+    assert not a.same_state(b)
+
+
+def test_kit_state_hash_equals_tau2_hash_after_the_same_calls():
+    calls = [("cancel_reservation", {"reservation_id": "4WQ150"}, "assistant"),
+             ("get_user_details", {"user_id": "mia_li_3668"}, "assistant")]
+    dom = load_domain("airline")
+    env = dom.fork()
+    for name, args, req in calls:
+        env.call_tool(name, args, req)
+    ref = _tau2_env_after("airline", calls)
+    assert env.agent_db_hash() == ref.get_db_hash()
+    assert env.agent_db_hash() != dom.fork().agent_db_hash()
+
+
+def test_telecom_user_device_tools_change_the_user_side():
+    dom = load_domain("telecom")
+    task = dom.tasks()[0]
+    env = dom.fork(task)
+    before = env.user_db_hash()
+    obs = env.call_tool("toggle_airplane_mode", {}, requestor="user")
+    assert not obs.error, obs.content
+    assert env.user_db_hash() != before
+    assert any(c.side == "user" for c in env.diff())
+    # the agent cannot call the user's tools
+    obs = env.call_tool("toggle_airplane_mode", {}, requestor="assistant")
+    assert obs.error and obs.error_kind == "unknown_tool"
+
+
+@pytest.mark.parametrize(
+    "name,args,kind",
+    [
+        ("no_such_tool", {}, "unknown_tool"),
+        ("cancel_reservation", {"reservation": "4WQ150"}, "bad_arguments"),  # wrong name
+        ("cancel_reservation", {}, "bad_arguments"),  # missing argument
+        ("cancel_reservation", {"reservation_id": ["4WQ150"]}, "bad_arguments"),  # wrong type
+        ("cancel_reservation", '{"reservation_id": "4WQ150"', "malformed_arguments"),  # broken JSON
+        ("cancel_reservation", "[1, 2]", "malformed_arguments"),  # JSON, not an object
+    ],
+)
+def test_bad_tool_calls_give_error_observations_and_leave_state_unchanged(airline, name, args, kind):
+    env = airline.fork()
+    before = env.agent_db_hash()
+    obs = env.call_tool(name, args)
+    assert obs.error and obs.error_kind == kind
+    assert obs.content.startswith("Error:")
+    assert env.agent_db_hash() == before and env.diff() == []
+    assert env.errors == [obs]
+
+
+def test_a_refused_tool_call_is_an_error_observation_not_an_exception(airline):
+    env = airline.fork()
+    obs = env.call_tool("get_reservation_details", {"reservation_id": "NOPE00"})
+    assert obs.error and obs.error_kind == "tool_error" and "not found" in obs.content.lower()
+
+
+def test_fork_applies_initial_state_like_tau2():
+    """Telecom tasks set the device up with initialization actions; mock has history + data."""
+    for dname in ["telecom", "mock"]:
+        dom = load_domain(dname)
+        for task in dom.tasks()[:10]:
+            env = dom.fork(task)
+            ref = _tau2.registry.get_env_constructor(dname)()
+            st = task.initial_state
+            if st is not None:
+                ref.set_state(st.initialization_data, st.initialization_actions, st.message_history or [])
+            assert env.agent_db_hash() == ref.get_db_hash(), task.id
+            assert env.user_db_hash() == ref.get_user_db_hash(), task.id
+
+
+def test_custom_domain_registers_forks_and_verifies():
+    from kit.envs.library import register
+    from kit.mutate import mutants
+
+    register()
+    dom = load_domain("library")
+    env = dom.fork(dom.task("borrow_dune"))
+    obs = env.call_tool("lend_book", {"member_id": "m1", "book_id": "b1"})
+    assert not obs.error
+    assert {(c.table, c.key) for c in env.diff()} == {("members", "m1"), ("books", "b1")}
+    refused = env.call_tool("lend_book", {"member_id": "m2", "book_id": "b3"})
+    assert refused.error and "fines" in refused.content
+    for task in dom.tasks():
+        assert verify(dom, task, gold_trajectory(dom, task)).reward == 1.0
+        rewards = [verify(dom, task, m.trajectory).reward for m in mutants(dom, task)]
+        assert rewards.count(0.0) >= 5, rewards
