@@ -92,7 +92,9 @@ def mutants(domain: Domain, task, min_count: int = 5, seed: int = 0) -> list[Mut
     if writes:
         i = writes[-1]
         add("extra_write", f"repeat {actions[i].name}", actions + [actions[i].model_copy(update={"id": ""})])
-    pool = _POOLS.setdefault(domain.name, _write_pool(domain))
+    if domain.name not in _POOLS:
+        _POOLS[domain.name] = _write_pool(domain)
+    pool = _POOLS[domain.name]
     mine = [(a.name, a.arguments) for a in actions]
     foreign = [p for p in pool if (p.name, p.arguments) not in mine]
     if foreign:

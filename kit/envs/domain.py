@@ -84,6 +84,7 @@ class Domain:
         }
         self._gold: OrderedDict[str, EpisodeEnv] = OrderedDict()
         self._task_index: Optional[dict[str, Task]] = None
+        self._task_cache: dict[Optional[str], list[Task]] = {}
 
     @classmethod
     def _load(cls, name: str) -> "Domain":
@@ -104,7 +105,9 @@ class Domain:
         """Tasks of a split ('default' = tau2's default task set; None = every task)."""
         if split == "default":
             split = self.default_split
-        return self._get_tasks(split) if split is not None else self._get_tasks(None)
+        if split not in self._task_cache:  # tau2 re-reads (telecom: 14 MB) per call
+            self._task_cache[split] = self._get_tasks(split)
+        return list(self._task_cache[split])
 
     def task(self, task_id: str) -> Task:
         if self._task_index is None:

@@ -61,7 +61,7 @@ def verify(
     crit = task.evaluation_criteria
     if crit is None:
         return Verdict(task_id=task.id, reward=1.0, note="No evaluation criteria")
-    basis = {b.value for b in crit.reward_basis}
+    basis = {getattr(b, "value", b) for b in crit.reward_basis}
     msgs = trajectory.messages
     v = Verdict(task_id=task.id, reward=1.0, breakdown={})
     try:
