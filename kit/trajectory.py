@@ -122,7 +122,9 @@ def messages_to_tau2(messages: list[Message]) -> list:
     out = []
     for m in messages:
         if m.role == "tool":
-            out.append(tm.ToolMessage(id=m.tool_call_id or "", role="tool", content=m.content,
+            # a call the kit refused keeps what tau2 answers on replay (kit/envs/episode.py)
+            content = m.meta.get("tau2_content", m.content)
+            out.append(tm.ToolMessage(id=m.tool_call_id or "", role="tool", content=content,
                                       requestor=m.requestor, error=m.error, turn_idx=m.turn_idx, timestamp=m.timestamp))
         elif m.role in ("assistant", "user"):
             cls = tm.AssistantMessage if m.role == "assistant" else tm.UserMessage

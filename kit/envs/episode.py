@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ValidationError
 
@@ -33,6 +33,11 @@ class Observation:
     content: str
     error: bool = False
     error_kind: Optional[str] = None  # malformed_arguments | unknown_tool | bad_arguments | tool_error
+    # For a call the kit refused: what tau2 itself returns when it replays the recorded call
+    # (None when tau2 would have executed it). Trajectories keep it so tau2 can replay them.
+    tau2_content: Optional[str] = None
+    # The arguments to record for this call (malformed JSON is kept under one marker key).
+    recorded_arguments: Optional[dict] = None
 
 
 @dataclass
@@ -91,13 +96,36 @@ class EpisodeEnv:
         return Observation(self.env.to_json_str(resp), error, "tool_error" if error else None)
 
     def call_tool(
-        self, name: str, arguments: dict | str | None, requestor: Requestor = "assistant"
+        self,
+        name: str,
+        arguments: dict | str | None,
+        requestor: Requestor = "assistant",
+        scratch: Optional[Callable[[], "EpisodeEnv"]] = None,
     ) -> Observation:
-        """Validated tool call for rollouts: a bad call never changes the state."""
+        """Validated tool call for rollouts: a bad call never changes the state.
+
+        A refused call also learns what tau2 would answer when it replays the call, so the
+        trajectory stays scorable by tau2's evaluator: binding errors (unknown tool, unknown
+        or missing argument, malformed JSON recorded under MALFORMED_KEY) fail before any
+        tool body runs, so they are asked of this env directly; a wrong-type call is tried
+        in `scratch()` (a copy of this state) when given.
+        """
         obs = self._check_call(name, arguments, requestor)
         if obs is None:
             args = arguments if isinstance(arguments, dict) else json.loads(arguments or "{}")
             obs = self.execute(name, args, requestor)
+            obs.recorded_arguments = args
+        else:
+            obs.recorded_arguments = _recorded(arguments)
+            if obs.error_kind == "bad_arguments" and obs.content.startswith("Error: bad arguments"):
+                if scratch is not None:
+                    other = scratch()
+                    before = other.fingerprint()
+                    ref = other.execute(name, obs.recorded_arguments, requestor)
+                    if ref.error and other.fingerprint() == before:
+                        obs.tau2_content = ref.content
+            else:  # fails at argument binding in tau2 too: no tool body runs
+                obs.tau2_content = self.execute(name, obs.recorded_arguments, requestor).content
         if obs.error:
             self.errors.append(obs)
         return obs
@@ -174,7 +202,8 @@ class EpisodeEnv:
                     if tc.id != tm.tool_call_id:
                         raise ReplayError(f"Tool call id mismatch. Got {tc.id} and {tm.tool_call_id}")
                     obs = self.execute(tc.name, tc.arguments, tc.requestor)
-                    if check and _loads(obs.content) != _loads(tm.content or ""):
+                    expected = tm.meta.get("tau2_content", tm.content) if tm.meta else tm.content
+                    if check and _loads(obs.content) != _loads(expected or ""):
                         raise ReplayError(
                             f"Tool call {tc.name}({tc.arguments}) returned {obs.content[:200]!r}, "
                             f"trajectory recorded {str(tm.content)[:200]!r}"
@@ -237,6 +266,20 @@ class EpisodeEnv:
 
 
 _PRISTINE = object()
+MALFORMED_KEY = "__malformed_arguments__"
+
+
+def _recorded(arguments: Any) -> dict:
+    """Arguments as a trajectory records them: a dict, or the raw text under MALFORMED_KEY."""
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            value = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            return {MALFORMED_KEY: arguments}
+        return value if isinstance(value, dict) else {MALFORMED_KEY: arguments}
+    return {} if arguments is None else {MALFORMED_KEY: json.dumps(arguments, default=str)}
 
 
 def _key(key: Any) -> Any:

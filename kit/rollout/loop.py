@@ -1,0 +1,215 @@
+"""Episodes: assistant ⇄ user simulator ⇄ environment, many at once.
+
+    trajs = run_episodes(domain, [task] * 8, agent=make_backend("embedded"),
+                         user=make_backend("embedded"), config=RolloutConfig(seed=0))
+
+All live episodes advance together: every episode waiting for the agent goes into one
+batched `generate_batch` call, then every episode waiting for the user into another, so
+the G rollouts of a group share the model's forward passes (and an HTTP backend has them
+all in flight). The environment answers tool calls at once.
+
+Termination, as tau2 records it:
+  agent_stop       the agent's text contains ###STOP###
+  user_stop        the user writes ###STOP###, ###TRANSFER### or ###OUT-OF-SCOPE###
+                   (meta.stop_signal says which), or the agent transferred the user with
+                   transfer_to_human_agents (stop_signal "transfer": what tau2's user
+                   simulator is told to answer, decided here by code)
+  max_steps        `max_steps` messages were exchanged
+  too_many_errors  `max_errors` failed or unparseable tool calls
+An unparseable tool call is an error the agent is shown (a feedback message it sees next
+turn), counted, and the episode goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable, Optional
+
+from tqdm import tqdm
+
+from kit.envs.domain import Domain
+from kit.envs.episode import EpisodeEnv
+from kit.llm.types import Backend, Completion, SamplingParams
+from kit.rollout.prompts import FIRST_AGENT_MESSAGE, STOP, USER_STOP_SIGNALS, agent_system_prompt, user_system_prompt
+from kit.rollout.views import agent_view, user_view
+from kit.trajectory import Message, ToolCall, Trajectory, messages_from_tau2
+
+TRANSFER_TOOL = "transfer_to_human_agents"
+
+
+@dataclass
+class RolloutConfig:
+    """How episodes run. Field defaults suit the embedded CPU model."""
+
+    max_steps: int = 30
+    """Messages (agent, user and tool) before the episode ends with max_steps (tau2: 100)."""
+    max_errors: int = 10
+    """Failed or unparseable tool calls before too_many_errors (tau2: 10)."""
+    agent_params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=1.0, max_new_tokens=192))
+    """Sampling for the assistant (n is always 1 per episode)."""
+    user_params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=1.0, max_new_tokens=96))
+    """Sampling for the user simulator."""
+    seed: Optional[int] = None
+    """Base seed; each batched call uses seed + call index."""
+    templates_dir: Optional[str] = None
+    """Another set of prompt templates (kit/rollout/templates by default)."""
+
+
+@dataclass
+class _Episode:
+    idx: int
+    task: object
+    env: EpisodeEnv
+    messages: list[Message]
+    agent_system: str
+    user_system: str
+    next: Optional[str] = "user"  # "assistant" | "user" | None (done)
+    steps: int = 0
+    errors: int = 0
+    termination: Optional[str] = None
+    stop_signal: Optional[str] = None
+    start: float = field(default_factory=time.perf_counter)
+    started_at: str = field(default_factory=lambda: datetime.now().isoformat())
+
+
+def _start(domain: Domain, idx: int, task, cfg: RolloutConfig) -> _Episode:
+    from pathlib import Path
+
+    tdir = Path(cfg.templates_dir) if cfg.templates_dir else None
+    env = domain.fork(task)
+    history = []
+    if task.initial_state is not None and task.initial_state.message_history:
+        history = messages_from_tau2(task.initial_state.message_history)
+    ep = _Episode(idx, task, env, list(history),
+                  agent_system_prompt(domain.policy, tdir),
+                  user_system_prompt(task, bool(domain.tool_names("user")), tdir))
+    if not history:
+        ep.messages.append(Message(role="assistant", content=FIRST_AGENT_MESSAGE, turn_idx=0))
+        ep.next = "user"
+    else:
+        last = history[-1]
+        ep.next = "assistant" if last.role == "user" or (last.role == "tool" and last.requestor == "assistant") else "user"
+    return ep
+
+
+def _tool_messages(ep: _Episode, domain: Domain, calls: list, requestor: str, turn: int) -> list[Message]:
+    out = []
+    for k, c in enumerate(calls):
+        call_id = c.id or f"call_{ep.idx}_{turn}_{k}"
+        obs = ep.env.call_tool(c.name, c.arguments, requestor,
+                               scratch=lambda: domain.fork(ep.task, history=ep.messages))
+        tc = ToolCall(id=call_id, name=c.name, arguments=obs.recorded_arguments or {}, requestor=requestor)
+        meta = {"error_kind": obs.error_kind} if obs.error else {}
+        if obs.tau2_content is not None:
+            meta["tau2_content"] = obs.tau2_content
+        out.append((tc, Message(role="tool", content=obs.content, tool_call_id=call_id, requestor=requestor,
+                                error=obs.error, turn_idx=turn, meta=meta)))
+        if obs.error:
+            ep.errors += 1
+    return out
+
+
+def _apply(ep: _Episode, domain: Domain, role: str, c: Completion, latency: float, turn: int) -> None:
+    meta = {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
+            "latency_s": round(latency, 4), "finish_reason": c.finish_reason}
+    if c.parse_errors:
+        meta["parse_errors"] = c.parse_errors
+    if c.tool_calls:
+        pairs = []
+        msg = Message(role=role, content=c.text or None, turn_idx=turn, meta=meta)
+        ep.messages.append(msg)
+        pairs = _tool_messages(ep, domain, c.tool_calls, role, turn)
+        msg.tool_calls = [tc for tc, _ in pairs]
+        ep.messages.extend(m for _, m in pairs)
+        ep.steps += 1 + len(pairs)
+        ep.errors += len(c.parse_errors)
+        ep.next = role  # the caller speaks again after its tool results
+        if role == "assistant" and any(tc.name == TRANSFER_TOOL and not m.error for tc, m in pairs):
+            ep.termination, ep.stop_signal = "user_stop", "transfer"
+        return
+    if c.parse_errors:  # text that tried to be a tool call and failed: show the error, go on
+        ep.messages.append(Message(role=role, content=c.raw, turn_idx=turn, meta=meta))
+        ep.messages.append(Message(role="system", turn_idx=turn, meta={"to": role, "kind": "parse_error"},
+                                   content="Error: your tool call could not be parsed: " + "; ".join(c.parse_errors)
+                                   + ". Write <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call> with valid JSON."))
+        ep.errors += len(c.parse_errors)
+        ep.steps += 1
+        ep.next = role
+        return
+    ep.messages.append(Message(role=role, content=c.text, turn_idx=turn, meta=meta))
+    ep.steps += 1
+    if role == "assistant":
+        if STOP in (c.text or ""):
+            ep.termination = "agent_stop"
+        ep.next = "user"
+    else:
+        for token, signal in USER_STOP_SIGNALS.items():
+            if token in (c.text or ""):
+                ep.termination, ep.stop_signal = "user_stop", signal
+                break
+        ep.next = "assistant"
+
+
+def run_episodes(
+    domain: Domain,
+    tasks: list,
+    agent: Backend,
+    user: Backend,
+    config: Optional[RolloutConfig] = None,
+    on_done: Optional[Callable[[Trajectory], None]] = None,
+    progress: bool = True,
+) -> list[Trajectory]:
+    """Run one episode per entry of `tasks` (repeat a task G times for a group)."""
+    cfg = config or RolloutConfig()
+    eps = [_start(domain, i, t, cfg) for i, t in enumerate(tasks)]
+    results: list[Optional[Trajectory]] = [None] * len(eps)
+    agent_tools = domain.tool_schemas("assistant")
+    user_tools = domain.tool_schemas("user") or None
+    calls = 0
+    bar = tqdm(total=len(eps), desc=f"episodes {domain.name}", disable=not progress, leave=False)
+
+    def finish(ep: _Episode, reason: Optional[str] = None) -> None:
+        ep.termination = ep.termination or reason
+        ep.next = None
+        traj = Trajectory(
+            task_id=ep.task.id, domain=domain.name, messages=ep.messages, termination_reason=ep.termination,
+            start_time=ep.started_at, end_time=datetime.now().isoformat(),
+            duration=round(time.perf_counter() - ep.start, 4),
+            meta={"steps": ep.steps, "errors": ep.errors, "stop_signal": ep.stop_signal,
+                  "agent_tokens": sum(m.meta.get("completion_tokens") or 0 for m in ep.messages if m.role == "assistant"),
+                  "user_tokens": sum(m.meta.get("completion_tokens") or 0 for m in ep.messages if m.role == "user")},
+        )
+        results[ep.idx] = traj
+        bar.update(1)
+        if on_done is not None:
+            on_done(traj)
+
+    for ep in eps:  # a history that already ends the episode
+        if ep.messages and ep.messages[-1].role == "assistant" and STOP in (ep.messages[-1].content or ""):
+            finish(ep, "agent_stop")
+    while any(ep.next for ep in eps):
+        for role, backend, params, view, tools in (
+            ("assistant", agent, cfg.agent_params, agent_view, agent_tools),
+            ("user", user, cfg.user_params, user_view, user_tools),
+        ):
+            waiting = [ep for ep in eps if ep.next == role]
+            if not waiting:
+                continue
+            p = params.model_copy(update={"n": 1, "seed": None if cfg.seed is None else cfg.seed + calls})
+            calls += 1
+            t0 = time.perf_counter()
+            convs = [view(ep.messages, ep.agent_system if role == "assistant" else ep.user_system) for ep in waiting]
+            outs = backend.generate_batch(convs, tools, p)
+            latency = (time.perf_counter() - t0) / len(waiting)
+            for ep, comps in zip(waiting, outs):
+                _apply(ep, domain, role, comps[0], latency, ep.steps)
+                if ep.termination:
+                    finish(ep)
+                elif ep.errors >= cfg.max_errors:
+                    finish(ep, "too_many_errors")
+                elif ep.steps >= cfg.max_steps:
+                    finish(ep, "max_steps")
+    bar.close()
+    return [r for r in results if r is not None]
