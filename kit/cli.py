@@ -5,6 +5,7 @@
   kit verify --domain D --input FILE.jsonl     one JSON verdict per SimulationRun line
   kit export --domain D --out FILE.jsonl       gold + near-miss trajectories as SimulationRuns
   kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
+  kit eval --domain D (--split S | --tasks FILE) --model M --user-model U --trials N
 """
 
 from __future__ import annotations
@@ -102,6 +103,29 @@ def _cmd_bench_verify(args: argparse.Namespace) -> int:
     return 0 if res.agree == res.n else 1
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from kit.eval import EvalConfig, evaluate
+
+    cfg = EvalConfig(domain=args.domain, model=args.model, user_model=args.user_model or args.model,
+                     split=None if args.split == "all" else args.split, tasks_file=args.tasks,
+                     trials=args.trials, temperature=args.temperature, user_temperature=args.user_temperature,
+                     max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                     batch_size=args.batch_size, limit=args.limit, cross_check=args.cross_check,
+                     out_dir=args.out)
+    res = evaluate(cfg)
+    df = res.episodes
+    if len(df):
+        print(df.groupby("task_id")["reward"].agg(["mean", "count"]).to_string())
+        print("terminations:", df["termination"].value_counts().to_dict())
+    print("pass^k:", {k: round(v, 4) for k, v in res.passk.items()})
+    print(f"user deviation rate: {res.meta['user_deviation_rate']:.3f}  "
+          f"(model={cfg.model}, user={cfg.user_model}, T={cfg.temperature}, tau2 {res.meta['tau2_version']})")
+    if cfg.cross_check:
+        print(f"tau2 agreement: {100 * res.meta.get('tau2_agreement', 0):.1f}%")
+    print(res.summary_line())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -126,6 +150,25 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tasks", type=int, default=None, help="first N tasks (default: all)")
     e.add_argument("--mutants", type=int, default=5, help="at least this many near-misses per task")
     e.set_defaults(fn=_cmd_export)
+
+    ev = sub.add_parser("eval", help="pass^k of an agent on a τ² task set")
+    ev.add_argument("--domain", required=True)
+    g = ev.add_mutually_exclusive_group()
+    g.add_argument("--split", default="default", help="train | test | base | default | all")
+    g.add_argument("--tasks", default=None, help="JSON list or JSONL of tau2 Task objects")
+    ev.add_argument("--model", default="embedded", help="embedded | hf:PATH | openai:URL#MODEL | vllm:PATH")
+    ev.add_argument("--user-model", default=None, help="user simulator (default: same as --model)")
+    ev.add_argument("--trials", type=int, default=4)
+    ev.add_argument("--temperature", type=float, default=0.0)
+    ev.add_argument("--user-temperature", type=float, default=0.0)
+    ev.add_argument("--max-steps", type=int, default=30)
+    ev.add_argument("--max-new-tokens", type=int, default=192)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--batch-size", type=int, default=16)
+    ev.add_argument("--limit", type=int, default=None, help="first N tasks")
+    ev.add_argument("--cross-check", action="store_true", help="also judge with tau2's evaluator")
+    ev.add_argument("--out", default=None, help="directory for trajectories.jsonl, eval.json (resumable)")
+    ev.set_defaults(fn=_cmd_eval)
 
     b = sub.add_parser("bench", help="benchmarks (not tests)")
     bsub = b.add_subparsers(dest="bench", required=True)

@@ -1,0 +1,191 @@
+"""Evaluate an agent on a τ² task set: episodes, verdicts, pass^k, user deviations.
+
+    res = evaluate(EvalConfig(domain="mock", model="embedded", user_model="embedded", trials=4))
+    res.passk            # {1: 0.11, 2: ..., 3: ..., 4: ...}
+    res.episodes         # pandas DataFrame, one row per episode
+
+Every episode is judged by the kit verifier; with `cross_check` also by tau2's official
+evaluator, and the agreement is reported. Trajectories are appended, one complete JSON line
+per finished episode, to `<out_dir>/trajectories.jsonl`; a rerun skips the (task, trial)
+pairs already there, so a killed evaluation resumes. Next to every number the result
+records the model, the user simulator, sampling, trials and the tau2 version.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from kit._tau2 import TAU2_VERSION
+from kit.envs import load_domain
+from kit.eval.passk import pass_k_table
+from kit.llm.types import SamplingParams
+from kit.rollout.fidelity import user_deviations
+from kit.rollout.loop import RolloutConfig, run_episodes
+from kit.trajectory import Trajectory
+from kit.verify import same_verdict, tau2_verdict, verify
+
+
+@dataclass
+class EvalConfig:
+    domain: str
+    """τ² domain (mock, airline, retail, telecom) or a registered one."""
+    model: str = "embedded"
+    """Agent: 'embedded', 'hf:PATH', 'openai:URL#MODEL', 'vllm:PATH' (see kit.llm.make_backend)."""
+    user_model: str = "embedded"
+    """User simulator backend spec, same forms as `model`."""
+    split: Optional[str] = "default"
+    """τ² split: train / test / base, 'default' (tau2's default set) or None (all)."""
+    tasks_file: Optional[str] = None
+    """JSON list or JSONL of tau2 Task objects; replaces `split`."""
+    trials: int = 4
+    """Episodes per task (pass^k needs k <= trials)."""
+    temperature: float = 0.0
+    """Agent sampling temperature (the paper evaluates at 0.6; tau2's papers often at 0)."""
+    user_temperature: float = 0.0
+    max_new_tokens: int = 192
+    max_steps: int = 30
+    max_errors: int = 10
+    seed: int = 0
+    batch_size: int = 16
+    """Episodes advanced together (one batched forward pass per turn)."""
+    limit: Optional[int] = None
+    """First N tasks only."""
+    cross_check: bool = False
+    """Also judge every episode with tau2's evaluator and report agreement."""
+    out_dir: Optional[str] = None
+
+
+@dataclass
+class EvalResult:
+    config: EvalConfig
+    episodes: pd.DataFrame
+    passk: dict[int, float]
+    meta: dict = field(default_factory=dict)
+
+    def summary_line(self) -> str:
+        n = self.episodes["task_id"].nunique() if len(self.episodes) else 0
+        return f"pass^1 {self.passk.get(1, float('nan')):.4f} (n={n}, trials={self.config.trials})"
+
+    def to_json(self) -> dict:
+        return {"passk": {str(k): v for k, v in self.passk.items()}, "meta": self.meta,
+                "config": asdict(self.config), "episodes": self.episodes.to_dict(orient="records")}
+
+
+def load_tasks_file(path: str) -> list:
+    """tau2 Tasks from a JSON list or JSONL file; a bad entry names its position and field."""
+    from tau2.data_model.tasks import Task
+
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        raw = json.loads(text)
+        items = [(i + 1, x) for i, x in enumerate(raw if isinstance(raw, list) else [raw])]
+        where = "item"
+    except json.JSONDecodeError:
+        items, where = [], "line"
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append((lineno, json.loads(line)))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+    tasks = []
+    for pos, data in items:
+        try:
+            tasks.append(Task.model_validate(data))
+        except Exception as e:
+            errs = getattr(e, "errors", lambda: [])()
+            field_ = ".".join(str(p) for p in errs[0]["loc"]) if errs else "?"
+            raise ValueError(f"{path} {where} {pos}: invalid Task field '{field_}': "
+                             f"{errs[0]['msg'] if errs else e}") from None
+    return tasks
+
+
+def _done_pairs(path: Path) -> dict[tuple[str, int], Trajectory]:
+    done = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                t = Trajectory.model_validate_json(line)
+            except Exception:
+                continue  # a torn last line from a killed run: that episode reruns
+            done[(t.task_id, t.trial or 0)] = t
+    return done
+
+
+def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> EvalResult:
+    """Run cfg.trials episodes per task and score them. Backends may be passed in directly."""
+    from kit.llm import make_backend
+
+    dom = load_domain(cfg.domain)
+    tasks = load_tasks_file(cfg.tasks_file) if cfg.tasks_file else dom.tasks(cfg.split)
+    if cfg.limit:
+        tasks = tasks[: cfg.limit]
+    if not tasks:
+        raise ValueError(f"no tasks to evaluate in domain '{cfg.domain}' (split={cfg.split}, file={cfg.tasks_file})")
+    agent = agent or make_backend(cfg.model)
+    user = user or (agent if cfg.user_model == cfg.model else make_backend(cfg.user_model))
+    rcfg = RolloutConfig(
+        max_steps=cfg.max_steps, max_errors=cfg.max_errors, seed=cfg.seed,
+        agent_params=SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens),
+        user_params=SamplingParams(temperature=cfg.user_temperature, max_new_tokens=cfg.max_new_tokens),
+    )
+    out = Path(cfg.out_dir) if cfg.out_dir else None
+    traj_path = out / "trajectories.jsonl" if out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    done = _done_pairs(traj_path) if traj_path else {}
+    todo = [(t, k) for t in tasks for k in range(cfg.trials) if (t.id, k) not in done]
+    t0 = time.perf_counter()
+    trajs = dict(done)
+    for start in range(0, len(todo), cfg.batch_size):
+        chunk = todo[start: start + cfg.batch_size]
+        got = run_episodes(dom, [t for t, _ in chunk], agent, user, rcfg, progress=progress)
+        lines = []
+        for (task, k), traj in zip(chunk, got):
+            traj.trial = k
+            trajs[(task.id, k)] = traj
+            lines.append(traj.model_dump_json())
+        if traj_path:  # whole episodes only: written after the chunk has fully finished
+            with open(traj_path, "a", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in lines))
+    rows, by_task = [], {t.id: [] for t in tasks}
+    task_by_id = {t.id: t for t in tasks}
+    for (task_id, k), traj in sorted(trajs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        task = task_by_id.get(task_id)
+        if task is None:
+            continue
+        v = verify(dom, task, traj)
+        devs = user_deviations(task, traj, goal_reached=(v.reward == 1.0))
+        row = {"task_id": task_id, "trial": k, "reward": v.reward, "termination": traj.termination_reason,
+               "steps": traj.meta.get("steps"), "tool_errors": traj.meta.get("errors"),
+               "agent_tokens": traj.meta.get("agent_tokens"), "duration_s": traj.duration,
+               "user_deviations": len(devs), "deviation_kinds": ",".join(sorted({d.kind for d in devs})),
+               "verify_error": v.error}
+        if cfg.cross_check:
+            ref = tau2_verdict(dom.name, task, traj)
+            row["tau2_reward"] = ref["reward"]
+            row["agree"] = same_verdict(v.summary(), ref)
+        rows.append(row)
+        by_task[task_id].append(v.reward)
+    df = pd.DataFrame(rows)
+    passk = pass_k_table({k: v for k, v in by_task.items() if v}, max_k=min(4, cfg.trials))
+    meta = {
+        "model": cfg.model, "user_model": cfg.user_model, "temperature": cfg.temperature,
+        "user_temperature": cfg.user_temperature, "trials": cfg.trials, "tasks": len(tasks),
+        "tau2_version": TAU2_VERSION, "domain": cfg.domain, "split": cfg.split, "tasks_file": cfg.tasks_file,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "user_deviation_rate": float((df["user_deviations"] > 0).mean()) if len(df) else None,
+    }
+    if cfg.cross_check and len(df):
+        meta["tau2_agreement"] = float(df["agree"].mean())
+    res = EvalResult(cfg, df, passk, meta)
+    if out:
+        (out / "eval.json").write_text(json.dumps(res.to_json(), indent=2, default=str), encoding="utf-8")
+        df.to_csv(out / "episodes.csv", index=False)
+    return res

@@ -1,0 +1,163 @@
+"""transformers backend: batched generation for many conversations at once, CPU or GPU.
+
+`generate_batch` renders every conversation (kit.llm.prompting), repeats each prompt n times,
+left-pads the rows into one batch (chunks of `max_batch_size`) and runs one `model.generate`
+with the KV cache, so the G rollouts of a GRPO group advance together. With a seed, sampling
+runs under a forked torch RNG seeded with it: the same call gives the same completions, and the
+caller's global RNG is left as it was. (Outputs can depend on batch composition: padding
+changes float rounding. Same inputs, same outputs; not bit-equal to a batch of one.)
+
+Simplified on purpose: no streaming, no per-conversation tools (a group shares its task's
+tools), and stop strings end a row only at token boundaries; the text is cut at the stop string.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+from kit.llm.prompting import render_prompt, resolve_tool_mode
+from kit.llm.toolcalls import CLOSE, OPEN, parse_tool_calls
+from kit.llm.types import Backend, Completion, Message, SamplingParams, ToolMode, ToolSchema, as_params
+
+
+class HFBackend(Backend):
+    """A causal LM + tokenizer from transformers.
+
+    Args:
+        path: an HF model folder (never a hub id to download: runs are offline).
+        model, tokenizer: an already-loaded pair instead of `path` (e.g. the policy a trainer holds).
+        device: "cpu", "cuda", "cuda:1"...; default cuda when available.
+        dtype: torch dtype or its name; default bfloat16 on GPU, float32 on CPU.
+        tool_mode: "auto" | "native" | "prompt" (see kit.llm.prompting).
+        max_batch_size: most rows (conversation x sample) in one generate call.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        device: str | None = None,
+        dtype: Any = None,
+        tool_mode: ToolMode = "auto",
+        max_batch_size: int = 64,
+    ):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        if model is None:
+            if path is None:
+                raise ValueError("HFBackend needs a model folder `path` or a loaded `model` and `tokenizer`")
+            if not Path(path).is_dir():
+                raise FileNotFoundError(f"HF model folder not found: {path} (hub ids are not downloaded)")
+            device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+            if dtype is None:
+                dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+            elif isinstance(dtype, str):
+                dtype = getattr(torch, dtype)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).to(device)
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        elif tokenizer is None:
+            raise ValueError("pass the `tokenizer` together with `model`")
+        self.model = model.eval() if path is not None else model
+        self.tokenizer = tokenizer
+        self.device = model.device
+        self.path = str(path) if path is not None else getattr(model, "name_or_path", "")
+        self.max_batch_size = max_batch_size
+        self.tool_mode = resolve_tool_mode(tokenizer, tool_mode)
+
+        gc = model.generation_config
+        eos = gc.eos_token_id if gc.eos_token_id is not None else tokenizer.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        if tokenizer.eos_token_id is not None:
+            self.eos_ids.add(tokenizer.eos_token_id)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+        # Special tokens are dropped from the text, except tool-call tags that some vocabularies
+        # (Qwen, Hermes) register as added tokens.
+        tags = {tokenizer.convert_tokens_to_ids(t) for t in (OPEN, CLOSE)} - {None, tokenizer.unk_token_id}
+        self.skip_ids = set(tokenizer.all_special_ids) - tags
+
+    def render(self, messages: list[Message], tools: list[ToolSchema] | None = None) -> str:
+        """The exact prompt text this backend feeds the model."""
+        return render_prompt(self.tokenizer, messages, tools, self.tool_mode)
+
+    def generate_batch(
+        self,
+        conversations: list[list[Message]],
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | dict | None = None,
+    ) -> list[list[Completion]]:
+        import torch
+
+        params = as_params(params)
+        prompts = [self.render(conv, tools) for conv in conversations]
+        rows = [(ci, p) for ci, p in enumerate(prompts) for _ in range(params.n)]
+        results: list[list[Completion]] = [[] for _ in conversations]
+        devices = [self.device] if self.device.type == "cuda" else []
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.random.fork_rng(devices=devices, enabled=params.seed is not None), torch.inference_mode():
+                if params.seed is not None:
+                    torch.manual_seed(params.seed)
+                for start in range(0, len(rows), self.max_batch_size):
+                    chunk = rows[start : start + self.max_batch_size]
+                    outs = self._generate([p for _, p in chunk], params)
+                    for (ci, _), completion in zip(chunk, outs):
+                        results[ci].append(completion)
+        finally:
+            self.model.train(was_training)
+        return results
+
+    def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        enc = self.tokenizer(
+            prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+        ).to(self.device)
+        gen = copy.deepcopy(self.model.generation_config)
+        sample = params.temperature > 0
+        gen.update(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=sample,
+            temperature=params.temperature if sample else None,
+            top_p=params.top_p if sample else None,
+            top_k=None,  # OpenAI semantics: no top-k unless asked (transformers defaults to 50)
+            num_return_sequences=1,
+            pad_token_id=self.pad_id,
+            eos_token_id=sorted(self.eos_ids),
+            use_cache=True,
+            stop_strings=params.stop or None,
+        )
+        extra = {"tokenizer": self.tokenizer} if params.stop else {}
+        out = self.model.generate(**enc, generation_config=gen, **extra)
+        new_tokens = out[:, enc["input_ids"].shape[1] :].tolist()
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        return [self._completion(ids, int(n), params.stop) for ids, n in zip(new_tokens, prompt_lens)]
+
+    def _completion(self, ids: list[int], prompt_tokens: int, stop: list[str]) -> Completion:
+        cut = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
+        if cut is not None:
+            body, n_tokens, finish = ids[:cut], cut + 1, "stop"
+        else:
+            body = ids
+            while body and body[-1] == self.pad_id:  # rows that stopped on a stop string are padded
+                body = body[:-1]
+            n_tokens, finish = len(body), ("length" if len(body) == len(ids) else "stop")
+        raw = self.tokenizer.decode([t for t in body if t not in self.skip_ids], skip_special_tokens=False)
+        hits = [raw.find(s) for s in stop if s and s in raw]
+        if hits:
+            raw, finish = raw[: min(hits)], "stop"
+        text, calls, errors = parse_tool_calls(raw)
+        return Completion(
+            text=text,
+            tool_calls=calls,
+            raw=raw,
+            parse_errors=errors,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=n_tokens,
+            finish_reason="tool_calls" if calls else finish,
+        )

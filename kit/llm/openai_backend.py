@@ -1,0 +1,291 @@
+"""OpenAI-compatible HTTP backend: vLLM, SGLang, `transformers serve`, hosted APIs.
+
+The path at scale: many requests in flight (an asyncio semaphore bounds them), each retried
+with exponential backoff and jitter on timeouts, connection errors, 5xx and 429, then given up
+with an `EndpointError` that names the URL and the last error. Other 4xx are not retried: the
+request itself is wrong.
+
+n > 1: the first request asks for n choices; a server that returns fewer (`transformers serve`
+ignores `n`) gets the missing ones as separate n=1 requests, in parallel, and is remembered as
+such so later calls fan out at once. With a seed, fan-out request j uses seed + j, so the
+samples differ but stay reproducible.
+
+tool_mode: "native" sends `tools` and reads `tool_calls` (vLLM/SGLang with a tool parser);
+"prompt" renders tools into the system prompt and parses `<tool_call>` blocks from the text
+(for servers whose template ignores tools, like SmolLM2 under `transformers serve`). In native
+mode the text is still parsed, for servers that return tool calls unparsed in `content`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from typing import Any
+
+import httpx
+
+from kit.llm.toolcalls import new_call_id, parse_tool_calls, render_tool_call, to_prompt_messages
+from kit.llm.types import (
+    Backend,
+    Completion,
+    Message,
+    SamplingParams,
+    ToolCall,
+    ToolSchema,
+    as_params,
+    normalize_tools,
+    run_sync,
+)
+
+_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+class EndpointError(RuntimeError):
+    """The endpoint could not answer: unreachable, failing, or refusing the request."""
+
+
+class OpenAIBackend(Backend):
+    """A chat-completions endpoint.
+
+    Args:
+        base_url: e.g. "http://127.0.0.1:8000/v1".
+        model: the served model's name; None asks the server (`GET /models`) for its first model.
+        api_key: sent as a Bearer token; local servers need none.
+        tool_mode: "native" or "prompt" (see the module docstring).
+        max_concurrency: most requests in flight from this backend (per event loop).
+        timeout: seconds per request.
+        max_attempts: tries per request before `EndpointError` (1 = no retry).
+        backoff_base, backoff_max: retry waits are base * 2**k seconds, capped, with jitter.
+        extra_body: extra JSON fields for every request (server-specific knobs).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        tool_mode: str = "native",
+        max_concurrency: int = 16,
+        timeout: float = 120.0,
+        max_attempts: int = 5,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
+        extra_body: dict[str, Any] | None = None,
+    ):
+        if tool_mode not in ("native", "prompt"):
+            raise ValueError(f"OpenAIBackend tool_mode must be 'native' or 'prompt', got {tool_mode!r}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model or None
+        self.api_key = api_key
+        self.tool_mode = tool_mode
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.extra_body = dict(extra_body or {})
+        self.server_ignores_n = False
+        self._loops: dict[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
+
+    # ----- public API ---------------------------------------------------------------------
+
+    def generate_batch(
+        self,
+        conversations: list[list[Message]],
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | dict | None = None,
+    ) -> list[list[Completion]]:
+        async def run() -> list[list[Completion]]:
+            try:
+                return await self.agenerate_batch(conversations, tools, params)
+            finally:
+                await self.aclose()  # this loop ends with the call; so does its client
+
+        return run_sync(run())
+
+    async def agenerate_batch(
+        self,
+        conversations: list[list[Message]],
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | dict | None = None,
+    ) -> list[list[Completion]]:
+        params = as_params(params)
+        return list(await asyncio.gather(*(self.achat(c, tools, params) for c in conversations)))
+
+    async def achat(
+        self,
+        messages: list[Message],
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | dict | None = None,
+        **overrides: Any,
+    ) -> list[Completion]:
+        """`params.n` completions of one conversation; many of these may run concurrently."""
+        params = as_params(params, **overrides)
+        payload = await self._payload(messages, tools, params)
+        out: list[Completion] = []
+        sent = 0  # requests issued so far; request j gets seed + j
+        while len(out) < params.n:
+            missing = params.n - len(out)
+            # One request for all n, unless this server is known to (or just did) return fewer.
+            batch = [missing] if sent == 0 and not self.server_ignores_n else [1] * missing
+            replies = await asyncio.gather(
+                *(self._post(self._with_n(payload, k, params.seed, sent + j)) for j, k in enumerate(batch))
+            )
+            sent += len(batch)
+            for want, data in zip(batch, replies):
+                choices = data.get("choices") or []
+                if not choices:
+                    raise EndpointError(f"{self.base_url}: response has no choices: {str(data)[:300]}")
+                if want > 1 and len(choices) < want:
+                    self.server_ignores_n = True
+                out += [self._completion(c, data.get("usage"), len(choices)) for c in choices[:want]]
+        return out[: params.n]
+
+    async def aclose(self) -> None:
+        """Close the HTTP client of the running event loop."""
+        state = self._loops.pop(asyncio.get_running_loop(), None)
+        if state:
+            await state[0].aclose()
+
+    def close(self) -> None:
+        self._loops.clear()  # clients of finished loops die with them; nothing to await here
+
+    # ----- requests -----------------------------------------------------------------------
+
+    async def _payload(self, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams) -> dict:
+        if self.model is None:
+            self.model = await self._first_model()
+        tools = normalize_tools(tools)
+        if self.tool_mode == "prompt":
+            msgs = to_prompt_messages(messages, tools)
+        else:
+            msgs = [_wire_message(m) for m in messages]
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": msgs,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_new_tokens,
+        }
+        if params.stop:
+            payload["stop"] = params.stop
+        if tools and self.tool_mode == "native":
+            payload["tools"] = tools
+        return {**payload, **self.extra_body}
+
+    @staticmethod
+    def _with_n(payload: dict, n: int, seed: int | None, request_index: int) -> dict:
+        body = {**payload, "n": n} if n > 1 else dict(payload)
+        if seed is not None:
+            body["seed"] = seed + request_index
+        return body
+
+    def _state(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
+        # httpx clients and semaphores belong to one event loop; keep one pair per loop.
+        loop = asyncio.get_running_loop()
+        if loop not in self._loops:
+            for old in [lp for lp in self._loops if lp.is_closed()]:
+                del self._loops[old]
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
+            client = httpx.AsyncClient(timeout=self.timeout, headers=headers, limits=limits)
+            self._loops[loop] = (client, asyncio.Semaphore(self.max_concurrency))
+        return self._loops[loop]
+
+    async def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        client, sem = self._state()
+        url = f"{self.base_url}{path}"
+        last = "no attempt made"
+        for attempt in range(self.max_attempts):
+            if attempt:
+                wait = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+                await asyncio.sleep(wait * random.uniform(0.5, 1.0))
+            try:
+                async with sem:
+                    resp = await client.request(method, url, json=body)
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                continue
+            if resp.status_code == 429 or resp.status_code >= 500:
+                last = f"HTTP {resp.status_code}: {resp.text[:300]}"
+                continue
+            if resp.status_code >= 400:
+                raise EndpointError(f"{url} refused the request: HTTP {resp.status_code}: {resp.text[:500]}")
+            try:
+                return resp.json()
+            except ValueError:
+                last = f"HTTP {resp.status_code} with a body that is not JSON: {resp.text[:200]!r}"
+        raise EndpointError(f"{url} failed after {self.max_attempts} attempts; last error: {last}")
+
+    async def _post(self, body: dict) -> dict:
+        return await self._request("POST", "/chat/completions", body)
+
+    async def _first_model(self) -> str:
+        data = await self._request("GET", "/models")
+        models = data.get("data") or []
+        if not models:
+            raise EndpointError(f"{self.base_url}/models lists no model; name one in the spec (url#model)")
+        return models[0]["id"]
+
+    # ----- responses ----------------------------------------------------------------------
+
+    def _completion(self, choice: dict, usage: dict | None, n_choices: int) -> Completion:
+        msg = choice.get("message") or {}
+        content = msg.get("content") or ""
+        text, calls, errors = parse_tool_calls(content)
+        rendered = []
+        for tc in msg.get("tool_calls") or []:
+            fn = tc.get("function") or {}
+            name, args = fn.get("name") or "", fn.get("arguments")
+            rendered.append(render_tool_call(name, args) if _is_object(args) else f"<tool_call>{args}</tool_call>")
+            if not name:
+                errors.append(f"native tool call without a function name: {json.dumps(tc)[:200]}")
+            elif not _is_object(args):
+                errors.append(f"tool call {name!r}: arguments are not a JSON object: {str(args)[:200]!r}")
+            else:
+                decoded = args if isinstance(args, dict) else json.loads(args) if args and args.strip() else {}
+                calls.append(ToolCall(id=tc.get("id") or new_call_id(), name=name, arguments=decoded))
+        usage = usage or {}
+        return Completion(
+            text=text,
+            tool_calls=calls,
+            raw="\n".join([content] * bool(content) + rendered),
+            parse_errors=errors,
+            prompt_tokens=usage.get("prompt_tokens"),
+            # usage is summed over choices; a per-choice count exists only for one choice
+            completion_tokens=usage.get("completion_tokens") if n_choices == 1 else None,
+            finish_reason="tool_calls" if calls else choice.get("finish_reason"),
+        )
+
+
+def _is_object(args: Any) -> bool:
+    if isinstance(args, dict):
+        return True
+    if args is None or (isinstance(args, str) and not args.strip()):
+        return True  # no arguments
+    try:
+        return isinstance(json.loads(args), dict)
+    except (TypeError, json.JSONDecodeError):
+        return False
+
+
+def _wire_message(msg: Message) -> Message:
+    """OpenAI wire format: only known keys, tool-call arguments as JSON strings."""
+    out = {k: msg[k] for k in _MESSAGE_KEYS if k in msg}
+    if msg.get("tool_calls"):
+        out["tool_calls"] = [
+            {"id": tc.get("id") or new_call_id(), "type": "function",
+             "function": {"name": tc["function"]["name"], "arguments": _json_str(tc["function"].get("arguments"))}}
+            for tc in msg["tool_calls"]
+        ]
+    if out.get("content") is None and out["role"] != "assistant":
+        out["content"] = ""
+    return out
+
+
+def _json_str(arguments: Any) -> str:
+    if arguments is None:
+        return "{}"
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)

