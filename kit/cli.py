@@ -5,6 +5,7 @@
   kit verify --domain D --input FILE.jsonl     one JSON verdict per SimulationRun line
   kit export --domain D --out FILE.jsonl       gold + near-miss trajectories as SimulationRuns
   kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
+  kit bench rollout [--model M] [--group 8]     batched vs one-at-a-time episodes
   kit eval --domain D (--split S | --tasks FILE) --model M --user-model U --trials N
 """
 
@@ -28,7 +29,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from kit.bench import gold_replay
+    from kit.bench.verify import gold_replay
 
     rows = [gold_replay(d, with_tau2=not args.no_tau2, limit=args.limit) for d in args.domains]
     print(f"{'domain':<9} {'tasks':>5} {'kit=1':>6} {'tau2=1':>6} {'kit ms/task':>11} {'tau2 ms/task':>12}")
@@ -77,7 +78,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from kit.bench import trajectory_set
+    from kit.bench.verify import trajectory_set
 
     pairs = trajectory_set(args.domain, limit=args.tasks, min_mutants=args.mutants)
     with open(args.out, "w", encoding="utf-8") as f:
@@ -88,7 +89,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_verify(args: argparse.Namespace) -> int:
-    from kit.bench import bench_verify, trajectory_set
+    from kit.bench.verify import bench_verify, trajectory_set
 
     t0 = time.perf_counter()
     pairs = trajectory_set(args.domain, limit=args.tasks, min_mutants=args.mutants)
@@ -123,6 +124,22 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if cfg.cross_check:
         print(f"tau2 agreement: {100 * res.meta.get('tau2_agreement', 0):.1f}%")
     print(res.summary_line())
+    return 0
+
+
+def _cmd_bench_rollout(args: argparse.Namespace) -> int:
+    from kit.bench.rollout import bench_rollout
+    from kit.llm import make_backend
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    res = bench_rollout(make_backend(args.model), args.domain, args.task_index, args.group,
+                        args.max_steps, args.max_new_tokens, args.seed)
+    print(f"batched: {res.tokens[0]} tokens in {res.batched_s:.1f} s; "
+          f"one at a time: {res.tokens[1]} tokens in {res.sequential_s:.1f} s")
+    print(res.line())
     return 0
 
 
@@ -177,6 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
     bv.add_argument("--tasks", type=int, default=None, help="first N tasks (default: all)")
     bv.add_argument("--mutants", type=int, default=5)
     bv.set_defaults(fn=_cmd_bench_verify)
+    br = bsub.add_parser("rollout", help="one group of G episodes: batched vs one at a time")
+    br.add_argument("--model", default="embedded")
+    br.add_argument("--domain", default="mock")
+    br.add_argument("--task-index", type=int, default=0)
+    br.add_argument("--group", type=int, default=8)
+    br.add_argument("--max-steps", type=int, default=8)
+    br.add_argument("--max-new-tokens", type=int, default=64)
+    br.add_argument("--seed", type=int, default=0)
+    br.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    br.set_defaults(fn=_cmd_bench_rollout)
     return p
 
 

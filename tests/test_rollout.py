@@ -31,7 +31,9 @@ def test_scripted_gold_policy_reaches_reward_1_on_every_mock_task_through_the_fu
         trajs = run_episodes(dom, [task] * 2, ScriptedAgent(task), ScriptedUser(task), progress=False)
         for traj in trajs:
             roles = [m.role for m in traj.messages]
-            assert traj.termination_reason == "agent_stop"
+            transfer = any(a.name == "transfer_to_human_agents" for a in task.evaluation_criteria.actions or [])
+            assert (traj.termination_reason, traj.meta["stop_signal"]) == (
+                ("user_stop", "transfer") if transfer else ("agent_stop", None))
             if task.evaluation_criteria.actions:
                 assert "tool" in roles and "user" in roles
             want = 0.0 if task.id in BROKEN else 1.0
@@ -135,3 +137,26 @@ def hf_backend():
     torch.set_num_threads(1)
     yield make_backend("embedded")
     torch.set_num_threads(threads)
+
+
+@pytest.mark.slow
+def test_embedded_model_episodes_through_transformers_serve(tmp_path):
+    from _serving import serving
+
+    from kit.llm import ensure_embedded_model, make_backend
+    from kit.llm.types import SamplingParams
+
+    folder = str(ensure_embedded_model())
+    dom = load_domain("mock")
+    task = dom.tasks()[0]
+    with serving(folder, tmp_path / "serve.log") as url:
+        backend = make_backend({"spec": f"openai:{url}#{folder}", "tool_mode": "prompt"})
+        cfg = RolloutConfig(max_steps=4, seed=0, agent_params=SamplingParams(temperature=1.0, max_new_tokens=24),
+                            user_params=SamplingParams(temperature=1.0, max_new_tokens=24))
+        trajs = run_episodes(dom, [task] * 2, backend, backend, cfg, progress=False)
+        backend.close()
+    assert len(trajs) == 2
+    for traj in trajs:
+        assert [m.role for m in traj.messages][:2] == ["assistant", "user"]
+        assert any(m.meta.get("prompt_tokens") for m in traj.messages)
+        assert same_verdict(verify(dom, task, traj).summary(), tau2_verdict("mock", task, traj))

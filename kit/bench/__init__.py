@@ -1,0 +1,1 @@
+"""Benchmarks (never timed tests): `kit bench verify`, `kit bench rollout`, gold replays."""

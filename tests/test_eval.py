@@ -1,0 +1,70 @@
+"""pass^k and the evaluation runner."""
+
+import json
+
+import pytest
+
+from kit.eval import EvalConfig, evaluate, load_tasks_file, pass_hat_k, pass_k_table
+
+
+def test_pass_hat_k_matches_hand_computed_values():
+    assert pass_hat_k(4, 4, 4) == 1.0
+    assert pass_hat_k(3, 4, 1) == 0.75
+    assert pass_hat_k(3, 4, 2) == 3 / 6  # C(3,2)/C(4,2)
+    assert pass_hat_k(3, 4, 4) == 0.0
+    assert pass_hat_k(2, 4, 3) == 0.0
+    table = pass_k_table({"a": [1, 1, 1, 0], "b": [1, 0, 0, 0]}, max_k=4)
+    assert table[1] == pytest.approx((0.75 + 0.25) / 2)
+    assert table[2] == pytest.approx((3 / 6 + 0) / 2)
+    assert table[4] == 0.0
+    with pytest.raises(ValueError):
+        pass_hat_k(5, 4, 1)
+    with pytest.raises(ValueError):
+        pass_k_table({})
+
+
+def test_tasks_file_errors_name_the_position_and_field(tmp_path):
+    from kit.envs import load_domain
+
+    good = json.loads(load_domain("mock").tasks()[0].model_dump_json())
+    bad = {**good, "id": None}
+    p = tmp_path / "tasks.jsonl"
+    p.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(ValueError, match=r"line 2: invalid Task field 'id'"):
+        load_tasks_file(str(p))
+    p.write_text(json.dumps([good]))
+    assert [t.id for t in load_tasks_file(str(p))] == [good["id"]]
+
+
+def test_endpoint_down_is_a_clear_error_and_leaves_no_half_written_trajectory(tmp_path):
+    from _serving import free_port
+
+    from kit.llm import EndpointError, make_backend
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    dead = make_backend({"spec": f"openai:{url}#m", "max_attempts": 2, "backoff_base": 0.01, "timeout": 2})
+    out = tmp_path / "eval"
+    with pytest.raises(EndpointError, match=url):
+        evaluate(EvalConfig(domain="mock", trials=1, limit=2, out_dir=str(out)), agent=dead, user=dead, progress=False)
+    traj_file = out / "trajectories.jsonl"
+    assert not traj_file.exists() or traj_file.read_text() == ""
+
+
+def test_evaluation_resumes_from_finished_episodes(tmp_path):
+    """A rerun skips (task, trial) pairs already written: the scripted roles prove the loop."""
+    from kit.envs import load_domain
+    from kit.rollout import ScriptedAgent, ScriptedUser
+
+    task = load_domain("mock").tasks()[1]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps([json.loads(task.model_dump_json())]))
+    cfg = EvalConfig(domain="mock", tasks_file=str(p), trials=2, out_dir=str(tmp_path / "ev"), cross_check=True)
+    res = evaluate(cfg, agent=ScriptedAgent(task), user=ScriptedUser(task), progress=False)
+    assert res.passk[1] == 1.0 and res.meta["tau2_agreement"] == 1.0
+    assert res.summary_line() == "pass^1 1.0000 (n=1, trials=2)"
+    lines = (tmp_path / "ev" / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    cfg.trials = 3  # one more trial: only it runs
+    res = evaluate(cfg, agent=ScriptedAgent(task), user=ScriptedUser(task), progress=False)
+    assert len((tmp_path / "ev" / "trajectories.jsonl").read_text().splitlines()) == 3
+    assert len(res.episodes) == 3 and res.meta["model"] == "embedded" and res.meta["tau2_version"]
