@@ -7,6 +7,8 @@ From a task's gold actions we derive trajectories that differ in one way each:
                      (another id of the same table, a number + 1, a flipped flag, ...)
   extra_write        a write the task did not ask for (repeated, or borrowed from
                      another task of the domain)
+  wrong_record       a write aimed at another record of the same table (its id argument)
+  wrong_requestor    an action made by the other side (the agent does the user's step)
   swapped_actions    two neighbouring actions in the opposite order
   missing_info       the final message leaves out a fact the agent must communicate
   premature_end      the dialogue stops halfway (agent_stop), or hits max_steps
@@ -89,6 +91,19 @@ def mutants(domain: Domain, task, min_count: int = 5, seed: int = 0) -> list[Mut
         new_args = {**a.arguments, arg: _other_value(domain, a.arguments[arg], seed + n)}
         add("wrong_argument", f"{a.name}.{arg}: {a.arguments[arg]!r} -> {new_args[arg]!r}",
             actions[:i] + [a.model_copy(update={"arguments": new_args})] + actions[i + 1:])
+    for i in writes[:2]:
+        a = actions[i]
+        ids = [k for k in sorted(a.arguments) if k.endswith("_id") and isinstance(a.arguments[k], str)]
+        if ids:
+            new_id = _other_value(domain, a.arguments[ids[0]], seed + 1)
+            if new_id != a.arguments[ids[0]]:
+                add("wrong_record", f"{a.name}.{ids[0]}: {a.arguments[ids[0]]!r} -> {new_id!r}",
+                    actions[:i] + [a.model_copy(update={"arguments": {**a.arguments, ids[0]: new_id}})] + actions[i + 1:])
+    flip = next((i for i, a in enumerate(actions) if a.requestor == "user"), None)
+    if flip is not None:
+        a = actions[flip]
+        add("wrong_requestor", f"{a.name} done by the assistant, not the user",
+            actions[:flip] + [a.model_copy(update={"requestor": "assistant"})] + actions[flip + 1:])
     if writes:
         i = writes[-1]
         add("extra_write", f"repeat {actions[i].name}", actions + [actions[i].model_copy(update={"id": ""})])

@@ -1,0 +1,91 @@
+"""Failure attribution: who made a failed episode fail — the task, the agent or the user?
+
+Executable rules first, in this order; the first that fires decides:
+  task   gold_unreachable      the task's own gold actions do not earn reward 1
+         gold_action_error     a gold action errors when executed from the initial state
+  user   (kit/rollout/fidelity.py) an invented fact, an unasked tool call or a stop before
+         the goal, *before* the agent's first divergent action
+  agent  wrong_write           the first agent write that matches no gold action
+         missing_action        a gold action the agent never made (first one, in gold order)
+         missing_info          a fact the agent had to communicate and did not
+         ended_early           the episode ended by a limit (max steps, too many errors)
+Only when no rule decides is an LLM judge asked (if one is given); each label says which
+decided it (`decided_by`: "rule" or "llm").
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal, Optional
+
+from pydantic import BaseModel
+
+from kit.envs.domain import Domain
+from kit.replay import gold_trajectory
+from kit.rollout.fidelity import user_deviations
+from kit.trajectory import Trajectory
+from kit.verify import verify
+from kit.verify.actions import action_matches, check_actions
+
+Label = Literal["task", "agent", "user", "undetermined"]
+
+
+class Attribution(BaseModel):
+    label: Label
+    rule: str
+    decided_by: Literal["rule", "llm", "none"] = "rule"
+    turn: Optional[int] = None
+    message: Optional[str] = None
+    evidence: str = ""
+
+
+def _first_divergence(domain: Domain, task, traj: Trajectory) -> Optional[Attribution]:
+    gold = (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []
+    for i, m in enumerate(traj.messages):
+        if m.role != "assistant":
+            continue
+        for tc in m.tool_calls or []:
+            if not domain.is_write_tool(tc.name, "assistant") or domain.tool(tc.name) is None:
+                continue
+            if not any(action_matches(a, tc) for a in gold):
+                return Attribution(label="agent", rule="wrong_write", turn=i, message=m.content,
+                                   evidence=f"{tc.name}({tc.arguments}) matches no gold action")
+    return None
+
+
+def attribute(domain: Domain, task, traj: Trajectory,
+              llm_judge: Optional[Callable[[object, Trajectory], Attribution]] = None) -> Attribution:
+    """Attribute a failed episode (call it only when the episode's reward is 0)."""
+    gold_v = verify(domain, task, gold_trajectory(domain, task))
+    if gold_v.reward != 1.0:
+        return Attribution(label="task", rule="gold_unreachable",
+                           evidence=f"gold replay scores {gold_v.reward} ({gold_v.breakdown}); {gold_v.error or ''}".strip())
+    env = domain.fork(task)
+    for a in (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []:
+        obs = env.execute(a.name, dict(a.arguments), a.requestor)
+        if obs.error:
+            return Attribution(label="task", rule="gold_action_error", evidence=f"{a.name}: {obs.content[:200]}")
+    v = verify(domain, task, traj)
+    agent_div = _first_divergence(domain, task, traj)
+    devs = user_deviations(task, traj, goal_reached=v.reward == 1.0)
+    first_dev = min(devs, key=lambda d: d.turn) if devs else None
+    if first_dev is not None and (agent_div is None or first_dev.turn < (agent_div.turn or 0)):
+        return Attribution(label="user", rule=first_dev.kind, turn=first_dev.turn,
+                           message=traj.messages[first_dev.turn].content, evidence=first_dev.evidence)
+    if agent_div is not None:
+        return agent_div
+    if traj.termination_reason in ("max_steps", "too_many_errors"):
+        return Attribution(label="agent", rule="ended_early", evidence=f"terminated by {traj.termination_reason}")
+    crit = task.evaluation_criteria
+    missing = [c for c in check_actions((crit.actions if crit else None) or [], traj.messages) if not c["met"]]
+    if missing:
+        a = missing[0]["action"]
+        return Attribution(label="agent", rule="missing_action", evidence=f"never called {a['name']}({a['arguments']})")
+    if v.communicate and not all(c["met"] for c in v.communicate):
+        info = next(c["info"] for c in v.communicate if not c["met"])
+        return Attribution(label="agent", rule="missing_info", evidence=f"never said {info!r}")
+    if llm_judge is not None:
+        judged = llm_judge(task, traj)
+        judged.decided_by = "llm"
+        return judged
+    return Attribution(label="undetermined", rule="no_rule_fired", decided_by="none",
+                       evidence=f"reward {v.reward}, breakdown {v.breakdown}")

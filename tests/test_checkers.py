@@ -1,0 +1,78 @@
+"""Checkers: criteria + code, mutation testing, failure attribution on known causes."""
+
+from kit.checkers.attribution import attribute
+from kit.checkers.checker import CheckedTask, judge, state_view
+from kit.checkers.mutation import mutation_test
+from kit.envs import load_domain
+from kit.mutate import mutants
+from kit.replay import gold_trajectory, trajectory_from_actions
+from kit.trajectory import Message, Trajectory
+
+
+def _first_user_action_task(dom):
+    return next(t for t in dom.tasks() if t.evaluation_criteria.actions)
+
+
+def test_criteria_checker_mutation_report_on_a_retail_task():
+    dom = load_domain("retail")
+    rec = CheckedTask(task=dom.tasks()[0])
+    rep = mutation_test(dom, rec)
+    assert rep.gold_passed and rep.made >= 5 and rep.must_reject >= 3
+    assert rep.accepted and rep.slipped == []
+    kinds = {r.kind for r in rep.results if r.must_reject}
+    assert {"dropped_write", "wrong_argument"} <= kinds
+
+
+def test_attribution_task_defect_when_the_gold_cannot_reach_reward_1():
+    dom = load_domain("mock")
+    task = dom.task("update_task_with_history_and_env_assertions")
+    att = attribute(dom, task, gold_trajectory(dom, task))
+    assert (att.label, att.rule, att.decided_by) == ("task", "gold_unreachable", "rule")
+
+
+def test_attribution_agent_writes_the_wrong_record():
+    dom = load_domain("retail")
+    task = dom.tasks()[0]
+    wrong = next(m for m in mutants(dom, task) if m.kind == "wrong_record")
+    att = attribute(dom, task, wrong.trajectory)
+    assert (att.label, att.rule) == ("agent", "wrong_write")
+    assert wrong.trajectory.messages[att.turn].tool_calls
+
+
+def test_attribution_user_invents_a_fact_before_the_agent_errs():
+    dom = load_domain("retail")
+    task = dom.tasks()[0]
+    traj = trajectory_from_actions(dom, task, [], None, "agent_stop")
+    traj.messages.insert(1, Message(role="user", content="My order id is #W0000000 and my zip is 99999."))
+    att = attribute(dom, task, traj)
+    assert att.label == "user" and att.rule == "unsupported_fact" and att.turn == 1
+
+
+def test_attribution_user_stops_before_the_goal():
+    dom = load_domain("mock")
+    task = _first_user_action_task(dom)
+    traj = Trajectory(task_id=task.id, termination_reason="user_stop", meta={"stop_signal": "stop"}, messages=[
+        Message(role="assistant", content="Hi! How can I help you today?"),
+        Message(role="user", content="Never mind. ###STOP###")])
+    att = attribute(dom, task, traj)
+    assert (att.label, att.rule) == ("user", "premature_stop")
+
+
+def test_attribution_agent_never_makes_a_required_action():
+    dom = load_domain("airline")
+    task = next(t for t in dom.tasks() if t.evaluation_criteria.actions)
+    traj = trajectory_from_actions(dom, task, [], "Sorry, I cannot help.", "agent_stop")
+    att = attribute(dom, task, traj)
+    assert att.label == "agent" and att.rule in {"missing_action", "missing_info"}
+
+
+def test_state_view_holds_touched_records_and_changes():
+    dom = load_domain("retail")
+    task = dom.tasks()[0]
+    gold = gold_trajectory(dom, task)
+    final = dom.fork(task, history=gold.messages)
+    view = state_view(final, dom.gold_state(task))
+    assert view["changed"] and all(side in ("agent", "user") for side, _, _ in view["changed"])
+    side, table, key = view["changed"][0]
+    assert key in view[side][table]
+    assert judge(dom, CheckedTask(task=task), gold).reward == 1.0
