@@ -7,6 +7,8 @@
   kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
   kit bench rollout [--model M] [--group 8]     batched vs one-at-a-time episodes
   kit eval --domain D (--split S | --tasks FILE) --model M --user-model U --trials N
+  kit checker sandbox --code FILE.py            run check() sandboxed; one JSON verdict line
+  kit checker mutate --domain D --task-id ID    mutation report of a task's checker
 """
 
 from __future__ import annotations
@@ -143,6 +145,33 @@ def _cmd_bench_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_checker_sandbox(args: argparse.Namespace) -> int:
+    from kit.checkers.sandbox import sandbox_cli
+
+    try:
+        verdict = sandbox_cli(args.code)
+    except BaseException as e:  # the contract: one JSON line and exit 0, whatever the code does
+        verdict = {"status": "error", "reason": f"{type(e).__name__}: {e}"}
+    print(json.dumps(verdict))
+    return 0
+
+
+def _cmd_checker_mutate(args: argparse.Namespace) -> int:
+    from kit.checkers.checker import CheckedTask, Checker
+    from kit.checkers.mutation import mutation_test
+    from kit.envs import load_domain
+
+    dom = load_domain(args.domain)
+    code = open(args.code, encoding="utf-8").read() if args.code else None
+    rep = mutation_test(dom, CheckedTask(task=dom.task(args.task_id), checker=Checker(code=code)))
+    for r in rep.results:
+        status = "rejected" if r.rejected else "accepted"
+        must = "must reject (" + ",".join(r.why) + ")" if r.must_reject else "may pass"
+        print(f"  {r.kind:<16} {status:<9} {must:<36} {r.detail}")
+    print(rep.line())
+    return 0 if rep.accepted else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -186,6 +215,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--cross-check", action="store_true", help="also judge with tau2's evaluator")
     ev.add_argument("--out", default=None, help="directory for trajectories.jsonl, eval.json (resumable)")
     ev.set_defaults(fn=_cmd_eval)
+
+    ck = sub.add_parser("checker", help="sandboxed checkers and mutation testing")
+    cks = ck.add_subparsers(dest="checker", required=True)
+    cs = cks.add_parser("sandbox", help="run check() from FILE.py in the sandbox on a built-in example")
+    cs.add_argument("--code", required=True)
+    cs.set_defaults(fn=_cmd_checker_sandbox)
+    cm = cks.add_parser("mutate", help="mutation report of a τ² task's checker")
+    cm.add_argument("--domain", required=True)
+    cm.add_argument("--task-id", required=True)
+    cm.add_argument("--code", default=None, help="optional model-written check() source to add to the criteria")
+    cm.set_defaults(fn=_cmd_checker_mutate)
 
     b = sub.add_parser("bench", help="benchmarks (not tests)")
     bsub = b.add_subparsers(dest="bench", required=True)

@@ -115,14 +115,18 @@ def test_embedded_model_episodes_through_the_hf_backend(domain, hf_backend):
     dom = load_domain(domain)
     task = dom.tasks()[0]
     from kit.llm.types import SamplingParams
-    cfg = RolloutConfig(max_steps=4, seed=0, agent_params=SamplingParams(temperature=1.0, max_new_tokens=24),
+    # Small on purpose: the big domains' prompts (policy + tools) are 4-8k tokens, and a
+    # 2-core CPU prefills ~300 tokens/s. One user turn and one agent turn prove the path.
+    group = 2 if domain == "mock" else 1
+    cfg = RolloutConfig(max_steps=4 if domain == "mock" else 2, seed=0,
+                        agent_params=SamplingParams(temperature=1.0, max_new_tokens=24),
                         user_params=SamplingParams(temperature=1.0, max_new_tokens=24))
-    trajs = run_episodes(dom, [task] * 2, hf_backend, hf_backend, cfg, progress=False)
-    assert len(trajs) == 2
+    trajs = run_episodes(dom, [task] * group, hf_backend, hf_backend, cfg, progress=False)
+    assert len(trajs) == group
     for traj in trajs:
         assert traj.termination_reason in {"max_steps", "agent_stop", "user_stop", "too_many_errors"}
         generated = [m for m in traj.messages if m.meta.get("completion_tokens")]
-        assert generated, "the model generated nothing"
+        assert {m.role for m in generated} == {"user", "assistant"}, "both roles must have generated"
         ref = tau2_verdict(domain, task, traj)  # tau2 can score what the kit produced
         assert same_verdict(verify(dom, task, traj).summary(), ref), ref
 

@@ -1,0 +1,1 @@
+"""Checkers: a task's executable reward, and the sandbox that runs model-written checker code."""

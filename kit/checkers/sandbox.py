@@ -1,0 +1,352 @@
+"""Run model-written checker code, `check(state, trajectory) -> bool | dict`, sandboxed.
+
+    with Sandbox(workers=2) as box:
+        v = box.run(SOURCE, state, trajectory)          # Verdict(status="ok", passed=True, ...)
+        vs = box.run_many([(SOURCE, state, traj), ...])
+    run_checker(SOURCE, state, trajectory)               # one shared sandbox per process
+    sandbox_cli("my_checker.py")                         # {"status": "ok", "passed": True, ...}
+
+A model wrote the code, so it never runs in this process (it is parsed and compiled here,
+which runs nothing). Three walls:
+
+1. kit/checkers/screen.py rejects, before anything runs, sources that import, touch any
+   `_name`, name dangerous builtins (eval, open, getattr, type, ...), or reach frames,
+   code, `mro` or format strings. Rejected: Verdict(status="rejected", reason=rule+line).
+2. kit/checkers/worker.py runs each check in a fresh fork of a warm zygote process (a
+   separate `python -I -S` with a near-empty environment, in its own network namespace
+   when `unshare --net` works, i.e. as root; see kit/checkers/zygote.py): whitelisted
+   builtins only, its own fresh copy of `state` and `trajectory` parsed from JSON
+   (mutating them changes nothing outside), a recursion limit, rlimits (CPU, 256 MB
+   address space, no file writes, no new descriptors, no processes), chroot into an
+   empty scratch directory and uid nobody when root.
+3. This parent enforces a wall clock on the zygote's reply, reads at most a small JSON
+   line, and validates it; timeouts, crashes and limit hits become verdicts, never
+   exceptions. A zygote that dies or hangs is killed and replaced. Zygotes never run
+   checker code, so nothing a check does outlives its own fork.
+
+Verdict rules: `check` returning a bool is the verdict; returning a dict requires a bool
+"passed" (truthiness is not accepted: `{"passed": "no"}` is an error), the other keys are
+`detail`, plain JSON of at most 8 kB. Statuses: ok (passed is set), rejected (screen),
+timeout (wall clock or CPU limit), limit (memory, recursion, output size), error
+(exception in the checker, bad return value, crash). Every verdict has a reason.
+
+Throughput (`bench_sandbox()`): about 4 ms of CPU per verdict over all processes (fork
+and confinement of the child ~2 ms, zygote ~1.3 ms, this parent ~0.5 ms), so ~400-500
+verdicts/s on two idle cores; screened and compiled code is cached per source.
+Not done: seccomp filters; without root there is no chroot, setuid or network namespace
+(the screen, the builtins whitelist and the rlimits remain).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import marshal
+import math
+import os
+import queue
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from typing import Any, Iterable, Literal, Optional
+
+from pydantic import BaseModel, Field
+
+from kit.checkers.screen import MAX_SOURCE_BYTES, screen
+from kit.checkers.zygote import Zygote
+
+EXIT_MEMORY, EXIT_INTERNAL = 3, 4      # kit/checkers/worker.py
+DETAIL_CAP = 16 * 1024                 # the child caps detail at 8 kB; parent re-checks
+REASON_CAP = 1000
+GRACE_S = 5.0                          # zygote reply may lag the check's timeout by this
+
+Status = Literal["ok", "rejected", "timeout", "limit", "error"]
+
+
+class Verdict(BaseModel):
+    """What a sandboxed check came to. `passed` is set only when status == "ok"."""
+
+    status: Status
+    passed: Optional[bool] = None
+    reason: str = Field(default="", description="Why: rule and line, exception, limit hit.")
+    detail: dict[str, Any] = Field(default_factory=dict, description="Extra keys a dict verdict returned.")
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        out = {"status": self.status, "reason": self.reason}
+        if self.status == "ok":
+            out.update(passed=self.passed, detail=self.detail)
+        return out
+
+
+def _fail(status: Status, reason: str, wall_s: float = 0.0) -> Verdict:
+    return Verdict(status=status, reason=reason[:REASON_CAP], wall_s=wall_s)
+
+
+def _child_verdict(reply: dict, timeout: float) -> Verdict:
+    """The zygote's report on one child -> Verdict. The child's text is untrusted."""
+    wall = float(reply.get("wall_s") or 0.0)
+    code = reply.get("exit")
+    if reply.get("timed_out"):
+        return _fail("timeout", f"wall-clock timeout: check ran past {timeout:g}s and was killed", wall)
+    if reply.get("overflow"):
+        return _fail("limit", "output limit: the checker process wrote more than 64 kB", wall)
+    if code == -signal.SIGXCPU or (code == -signal.SIGKILL and reply.get("cpu_s", 0) >= math.ceil(timeout)):
+        return _fail("timeout", f"CPU limit: check used over {max(1, math.ceil(timeout))}s of CPU", wall)
+    if code == EXIT_MEMORY:
+        return _fail("limit", "memory limit: the checker process could not even report", wall)
+    if code == EXIT_INTERNAL:
+        return _fail("error", "sandbox setup failed in the checker process", wall)
+    if code != 0:
+        what = f"signal {signal.Signals(-code).name}" if isinstance(code, int) and code < 0 and \
+            -code in signal.valid_signals() else f"exit code {code}"
+        return _fail("error", f"checker process crashed ({what})", wall)
+    try:
+        raw = json.loads(reply.get("out", ""))
+    except (ValueError, RecursionError):
+        return _fail("error", "checker process returned no valid verdict", wall)
+    if not isinstance(raw, dict) or raw.get("status") not in ("ok", "error", "limit"):
+        return _fail("error", "checker process returned a malformed verdict", wall)
+    if raw["status"] != "ok":
+        reason = raw.get("reason")
+        return _fail(raw["status"], reason if isinstance(reason, str) and reason else "checker failed", wall)
+    passed, detail = raw.get("passed"), raw.get("detail", {})
+    if not isinstance(passed, bool) or not isinstance(detail, dict) or len(json.dumps(detail)) > DETAIL_CAP:
+        return _fail("error", "checker process returned a malformed verdict", wall)
+    return Verdict(status="ok", passed=passed, detail=detail, wall_s=wall,
+                   reason="check passed" if passed else "check failed")
+
+
+@lru_cache(maxsize=1024)
+def _compiled(source: str) -> tuple[Optional[bytes], Optional[str]]:
+    """Marshalled code of screened source (compiling runs nothing; the RL loop reuses it)."""
+    try:
+        return marshal.dumps(compile(source, "<checker>", "exec", dont_inherit=True)), None
+    except SyntaxError as e:  # ast.parse accepts some, e.g. `return` outside a function
+        return None, f"syntax error: {e.msg} (line {e.lineno})"
+    except (RecursionError, MemoryError, ValueError, OverflowError) as e:
+        return None, f"syntax error: source too complex to compile ({type(e).__name__})"
+
+
+class Sandbox:
+    """A pool of warm zygotes; each check runs in a fresh, confined fork of one of them.
+
+    workers: zygotes (checks in parallel); timeout: default wall clock per check (s);
+    memory_mb: address-space limit of a check; isolate_network: run zygotes in a new
+    network namespace when possible (root + `unshare`).
+    """
+
+    def __init__(self, workers: int = 2, timeout: float = 2.0, memory_mb: int = 256,
+                 max_source_bytes: int = MAX_SOURCE_BYTES, isolate_network: bool = True):
+        self.workers, self.timeout, self.memory_mb = max(1, workers), timeout, memory_mb
+        self.max_source_bytes, self.isolate_network = max_source_bytes, isolate_network
+        self._idle: "queue.Queue[Zygote]" = queue.Queue()
+        self._all: list[Zygote] = []
+        self._lock = threading.Lock()
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pid: Optional[int] = None
+
+    # -- lifecycle
+    def start(self) -> "Sandbox":
+        with self._lock:
+            if self._pid == os.getpid():
+                return self
+            # fresh state: after a fork, the zygotes and threads above belong to the parent
+            self._all, self._idle = [], queue.Queue()
+            for _ in range(self.workers):
+                z = Zygote(self.isolate_network)
+                self._all.append(z)
+                self._idle.put(z)
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
+            self._pid = os.getpid()
+        return self
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked copy does not own the zygotes
+                self._pid = None
+                return
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            for z in self._all:
+                z.close()
+            self._all.clear()
+            self._idle = queue.Queue()
+            self._pid, self._pool = None, None
+
+    def __enter__(self) -> "Sandbox":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def isolation(self) -> dict:
+        """Which OS walls are up (the first three need root): netns, chroot, setuid."""
+        self.start()
+        z = self._all[0]
+        return {"netns": z.netns, "chroot": z.chroot, "setuid": z.setuid, "rlimits": True, "screen": True}
+
+    # -- running
+    def run(self, source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> Verdict:
+        """Run `check(state, trajectory)` from `source`. Never raises on anything the source does."""
+        t0 = time.monotonic()
+        timeout = min(max(float(self.timeout if timeout is None else timeout), 0.01), 3600.0)
+        if not isinstance(source, str):
+            return _fail("rejected", f"source: expected str, got {type(source).__name__}")
+        reason = screen(source, self.max_source_bytes)
+        code, reason = _compiled(source) if reason is None else (None, reason)
+        if reason:
+            return _fail("rejected", reason)
+        try:
+            job = json.dumps({"state": state, "trajectory": trajectory}, allow_nan=False).encode()
+        except (TypeError, ValueError, RecursionError) as e:
+            return _fail("error", f"state/trajectory are not JSON data: {e}")
+        self.start()
+        header = {"timeout": timeout, "memory_mb": self.memory_mb, "code_n": len(code)}
+        payload = code + job
+        failures = 0
+        for _ in range(self.workers + 2):  # dead zygotes are replaced, not counted
+            z, line = self._take(), None
+            if z is None:
+                return _fail("error", "sandbox has no worker process (cannot start one)")
+            if not z.alive():
+                self._replace(z)
+                continue
+            try:
+                z.send(header, payload)
+                line = z.read_line(time.monotonic() + timeout + GRACE_S)
+                reply = json.loads(line) if line is not None else None
+            except (OSError, ValueError):
+                reply = None
+            if isinstance(reply, dict) and reply.get("id") == z.jobs:
+                self._idle.put(z)
+                v = _child_verdict(reply, timeout)
+                v.wall_s = round(time.monotonic() - t0, 6)
+                return v
+            self._replace(z)
+            if line is None and time.monotonic() - t0 >= timeout:
+                return _fail("timeout", f"sandbox worker gave no answer within {timeout + GRACE_S:g}s")
+            failures += 1  # a zygote that died mid-job (never the check's doing): one retry
+            if failures == 2:
+                break
+        return _fail("error", "sandbox workers kept failing")
+
+    def run_many(self, jobs: Iterable[tuple[str, Any, Any]], timeout: Optional[float] = None) -> list[Verdict]:
+        """Run (source, state, trajectory) jobs over the pool; verdicts in job order."""
+        self.start()
+        return list(self._pool.map(lambda job: self.run(*job, timeout=timeout), jobs))
+
+    def _take(self) -> Optional[Zygote]:
+        """An idle zygote; starts one if the pool lost some (a failed replacement)."""
+        while True:
+            try:
+                return self._idle.get(timeout=1.0)
+            except queue.Empty:
+                with self._lock:
+                    if len(self._all) >= self.workers:
+                        continue
+                    try:
+                        z = Zygote(self.isolate_network)
+                    except (OSError, RuntimeError, ValueError):
+                        return None
+                    self._all.append(z)
+                    return z
+
+    def _replace(self, z: Zygote) -> None:
+        z.kill()
+        with self._lock:
+            if z in self._all:
+                self._all.remove(z)
+            try:
+                fresh = Zygote(self.isolate_network)
+            except (OSError, RuntimeError, ValueError):
+                return  # _take starts one later
+            self._all.append(fresh)
+        self._idle.put(fresh)
+
+
+_DEFAULT: Optional[Sandbox] = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def default_sandbox() -> Sandbox:
+    """The process-wide sandbox behind run_checker (recreated after a fork)."""
+    global _DEFAULT
+    with _DEFAULT_LOCK:
+        if _DEFAULT is None or _DEFAULT._pid not in (None, os.getpid()):
+            _DEFAULT = Sandbox(workers=min(2, os.cpu_count() or 1))
+            atexit.register(_DEFAULT.close)
+        return _DEFAULT.start()
+
+
+def run_checker(source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> Verdict:
+    """Run one checker in the process-wide sandbox."""
+    return default_sandbox().run(source, state, trajectory, timeout=timeout)
+
+
+# ---------------------------------------------------------------- CLI and bench
+
+SAMPLE_STATE = {  # a mock-domain episode: Alice asked to create a task and mark another done
+    "agent": {
+        "tasks": {
+            "task_1": {"task_id": "task_1", "title": "Buy groceries", "description": "Milk, eggs",
+                       "status": "completed"},
+            "task_3": {"task_id": "task_3", "title": "Call the bank", "description": None,
+                       "status": "pending"},
+        },
+        "users": {"user_1": {"user_id": "user_1", "name": "Alice", "tasks": ["task_1", "task_3"]}},
+    },
+    "user": {},
+    "changed": [["agent", "tasks", "task_1"], ["agent", "tasks", "task_3"], ["agent", "users", "user_1"]],
+}
+SAMPLE_TRAJECTORY = [
+    {"role": "user", "content": "Hi, I'm user_1. Please add a task 'Call the bank' and mark task_1 done.",
+     "tool_calls": None},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"name": "create_task", "arguments": {"user_id": "user_1", "title": "Call the bank"},
+         "requestor": "assistant"},
+        {"name": "update_task_status", "arguments": {"task_id": "task_1", "status": "completed"},
+         "requestor": "assistant"}]},
+    {"role": "assistant", "content": "Done: 'Call the bank' is task_3, and task_1 is completed.",
+     "tool_calls": None},
+]
+
+
+def sandbox_cli(code_path: str) -> dict:
+    """`check` from FILE.py against SAMPLE_STATE / SAMPLE_TRAJECTORY -> verdict dict. Never raises."""
+    try:
+        if not os.path.isfile(code_path):  # a directory, a FIFO that would block, a device
+            return {"status": "error", "reason": f"cannot read {code_path}: not a regular file"[:REASON_CAP]}
+        with open(code_path, "rb") as f:  # bounded read: the path may be /dev/zero
+            source = f.read(MAX_SOURCE_BYTES * 4 + 1).decode("utf-8")
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return {"status": "error", "reason": f"cannot read {code_path}: {type(e).__name__}: {e}"[:REASON_CAP]}
+    try:
+        return run_checker(source, SAMPLE_STATE, SAMPLE_TRAJECTORY).to_dict()
+    except Exception as e:  # noqa: BLE001 - the sandbox itself failed (e.g. cannot fork)
+        return {"status": "error", "reason": f"sandbox failure: {type(e).__name__}: {e}"[:REASON_CAP]}
+
+
+BENCH_SOURCE = '''
+def check(state, trajectory):
+    calls = [c for m in trajectory for c in (m.get("tool_calls") or [])]
+    made = any(c["name"] == "create_task" and c["arguments"].get("title") == "Call the bank" for c in calls)
+    done = state["agent"]["tasks"]["task_1"]["status"] == "completed"
+    return {"passed": made and done, "calls": len(calls)}
+'''
+
+
+def bench_sandbox(n: int = 500, workers: Optional[int] = None) -> float:
+    """Verdicts per second for `n` small checks over a warm pool (startup not counted)."""
+    with Sandbox(workers=workers or min(2, os.cpu_count() or 1)) as box:
+        box.run_many([(BENCH_SOURCE, SAMPLE_STATE, SAMPLE_TRAJECTORY)] * 8)  # warm up
+        t0 = time.perf_counter()
+        verdicts = box.run_many([(BENCH_SOURCE, SAMPLE_STATE, SAMPLE_TRAJECTORY)] * n)
+        elapsed = time.perf_counter() - t0
+    bad = [v for v in verdicts if v.status != "ok" or v.passed is not True]
+    if bad:
+        raise RuntimeError(f"bench checker failed: {bad[0]}")
+    return n / elapsed

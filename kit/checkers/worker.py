@@ -1,0 +1,398 @@
+"""The sandbox's zygote and its per-check children. Standard library only, on purpose.
+
+kit/checkers/sandbox.py starts this file as a fresh interpreter, never importing it:
+
+    [unshare --net --] python -I -S kit/checkers/worker.py
+
+(-I: no environment variables, user site or cwd on sys.path; -S: no site. The parent also
+passes an almost empty environment, so API keys in the RL process never reach here.)
+
+The zygote is warm and small: it has imported all it will ever need, then loops reading
+jobs from stdin (a JSON header line, then `n` payload bytes) and writing one JSON reply
+line per job to stdout. It never runs checker code itself. Per job it:
+
+1. makes a fresh scratch directory and forks a child (~1 ms: the zygote is tiny);
+2. waits for the child's verdict on a pipe, at most `timeout` seconds of wall clock and
+   OUTPUT_CAP bytes; past either it SIGKILLs the child;
+3. reaps the child (exit status, CPU time, peak RSS), removes the scratch directory and
+   replies {"out": <child's text>, "exit": code | -signal, "timed_out", "overflow", ...}.
+
+The parent, not the zygote, decides the verdict; it trusts nothing in "out" beyond a
+small JSON object it validates. The child, before touching the job:
+
+- points fds 0-2 at /dev/null (the zygote's protocol pipes are gone), keeps only the
+  verdict pipe as fd 3 and closes every other descriptor;
+- as root: chroot()s into the scratch directory; otherwise chdir()s into it (root-only
+  walls are probed once at startup and skipped where the container forbids them);
+- sets rlimits: CPU (backstop for the wall clock), AS (memory), FSIZE 0 (no file
+  writes), NOFILE 4 (no new descriptors: no files, no sockets), NPROC 0, CORE 0;
+- as root: drops to uid/gid 65534 (nobody) with no supplementary groups, which also makes
+  NPROC 0 bite (root ignores it);
+- loads the job (the marshalled code object the parent compiled from screened source,
+  then JSON), runs the code with a whitelist of builtins (no `__import__`, no
+  `__build_class__`, no open/eval/getattr/...) and a recursion limit, calls
+  check(state, trajectory) on its own fresh copy of the JSON, validates and bounds the
+  result, writes one JSON line and _exit()s.
+
+Since every check runs in a fresh fork, a check can neither leave state behind for the
+next one nor weaken the zygote: limits, chroot and uid change die with the child.
+"""
+
+import builtins
+import gc
+import json
+import marshal
+import math
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+SAFE_BUILTIN_NAMES = (
+    "abs", "all", "any", "bool", "chr", "dict", "divmod", "enumerate", "filter", "float",
+    "frozenset", "int", "isinstance", "iter", "len", "list", "map", "max", "min", "next",
+    "ord", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum",
+    "tuple", "zip",
+    "ArithmeticError", "AssertionError", "AttributeError", "Exception", "IndexError",
+    "KeyError", "LookupError", "NotImplementedError", "RuntimeError", "StopIteration",
+    "TypeError", "ValueError", "ZeroDivisionError",
+)
+SAFE_BUILTINS = {name: getattr(builtins, name) for name in SAFE_BUILTIN_NAMES}
+
+RESULT_FD = 3
+OUTPUT_CAP = 64 * 1024          # bytes of verdict the zygote reads from a child
+DETAIL_CAP = 8 * 1024           # bytes of JSON detail a child may report
+DETAIL_DEPTH = 8
+REASON_CAP = 500
+RECURSION_LIMIT = 400
+NOBODY = 65534
+EXIT_MEMORY = 3                 # the child could not even write its verdict
+EXIT_INTERNAL = 4               # the child's own setup failed
+FD_SWEEP = 256                  # children close fds 4..FD_SWEEP; main() checks it is enough
+WARM_SOURCE = """
+def check(state, trajectory):
+    calls = [c for m in trajectory for c in (m.get("tool_calls") or [])]
+    ok = all(isinstance(c, dict) for c in calls) and len(state) >= 0
+    return {"passed": ok, "calls": len(calls), "names": sorted({c["name"] for c in calls})}
+"""
+
+
+# ---------------------------------------------------------------- child (one check)
+
+def _cap(text, n=REASON_CAP):
+    return text if len(text) <= n else text[:n] + f"... [{len(text) - n} chars cut]"
+
+
+def _plain(value, depth, budget):
+    """Check `value` is plain JSON data within depth and size; returns the budget left."""
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is float:
+        return budget - 8
+    if kind is str:
+        return budget - len(value) - 2
+    if depth >= DETAIL_DEPTH:
+        raise ValueError(f"detail nested deeper than {DETAIL_DEPTH}")
+    if kind is list or kind is tuple:
+        for item in value:
+            budget = _plain(item, depth + 1, budget - 1)
+            if budget < 0:
+                return budget
+        return budget
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise ValueError("detail keys must be strings")
+            budget = _plain(item, depth + 1, budget - len(key) - 4)
+            if budget < 0:
+                return budget
+        return budget
+    raise ValueError(f"detail holds a {kind.__name__}, not JSON data")
+
+
+def _interpret(result):
+    """check()'s return value -> verdict dict. A dict must carry a bool "passed"."""
+    if type(result) is bool:
+        return {"status": "ok", "passed": result, "detail": {}}
+    if type(result) is not dict:
+        return {"status": "error",
+                "reason": f"check returned {type(result).__name__}; expected bool or dict with a bool 'passed'"}
+    passed = result.get("passed")
+    if type(passed) is not bool:
+        return {"status": "error", "reason": "check returned a dict without a bool 'passed'"}
+    detail = {k: v for k, v in result.items() if k != "passed"}
+    try:
+        if _plain(detail, 0, DETAIL_CAP) < 0:
+            return {"status": "limit", "reason": f"detail larger than {DETAIL_CAP} bytes"}
+        text = json.dumps(detail, allow_nan=False)
+    except (ValueError, TypeError, RecursionError) as e:
+        return {"status": "error", "reason": _cap(f"unusable detail: {e}")}
+    if len(text) > DETAIL_CAP:
+        return {"status": "limit", "reason": f"detail larger than {DETAIL_CAP} bytes"}
+    return {"status": "ok", "passed": passed, "detail": detail}
+
+
+def _evaluate(payload, code_n, memory_mb):
+    """payload = marshalled code object (code_n bytes, compiled by the parent) + JSON job."""
+    try:
+        code = marshal.loads(payload[:code_n])
+        job = json.loads(payload[code_n:])
+        state, trajectory = job["state"], job["trajectory"]
+    except MemoryError:
+        return {"status": "limit", "reason": f"state and trajectory do not fit the memory limit ({memory_mb} MB)"}
+    except Exception as e:
+        return {"status": "error", "reason": _cap(f"bad job: {type(e).__name__}")}
+    del payload, job
+    sys.setrecursionlimit(RECURSION_LIMIT)
+    scope = {"__builtins__": dict(SAFE_BUILTINS), "__name__": "checker"}
+    try:
+        exec(code, scope)
+        check = scope.get("check")
+        if not callable(check):
+            return {"status": "error", "reason": "source defines no callable check(state, trajectory)"}
+        return _interpret(check(state, trajectory))
+    except MemoryError:
+        return {"status": "limit", "reason": f"memory limit ({memory_mb} MB) exceeded"}
+    except RecursionError:
+        return {"status": "limit", "reason": f"recursion limit ({RECURSION_LIMIT}) exceeded"}
+    except BaseException as e:  # noqa: BLE001 - anything the checker raises is its verdict
+        try:
+            message = str(e)
+        except BaseException:  # noqa: BLE001
+            message = "<unprintable>"
+        return {"status": "error", "reason": _cap(f"{type(e).__name__} in checker: {message}")}
+
+
+def _probe_walls(base):
+    """Which root-only walls work here (a container may lack CAP_SYS_CHROOT or CAP_SETUID)."""
+    if os.geteuid() != 0:
+        return {"chroot": False, "setuid": False}
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.chroot(base)
+            code |= 1
+        except OSError:
+            pass
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            code |= 2
+        except OSError:
+            pass
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 0
+    return {"chroot": bool(code & 1), "setuid": bool(code & 2)}
+
+
+WALLS = {"chroot": False, "setuid": False}  # main() sets it from _probe_walls
+
+
+def _confine(scratch, job, result_w, walls=None):
+    """Everything that happens in the child before the job is even parsed."""
+    walls = WALLS if walls is None else walls
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if result_w != RESULT_FD:
+        os.dup2(result_w, RESULT_FD)
+    os.closerange(RESULT_FD + 1, FD_SWEEP)  # the zygote holds only low fds (see main)
+    if walls["chroot"]:
+        os.chroot(scratch)
+        os.chdir("/")
+    else:
+        os.chdir(scratch)
+    memory = job["memory_mb"] * 1024 * 1024
+    cpu = max(1, math.ceil(job["timeout"]))
+    for limit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, 0),
+                         (resource.RLIMIT_NOFILE, RESULT_FD + 1), (resource.RLIMIT_AS, memory)):
+        resource.setrlimit(limit, (value, value))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    if walls["setuid"]:
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+
+
+def _child(job, payload, scratch, result_r, result_w):
+    try:
+        os.close(result_r)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _confine(scratch, job, result_w)
+    except BaseException:  # noqa: BLE001
+        os._exit(EXIT_INTERNAL)
+    try:
+        verdict = _evaluate(payload, job["code_n"], job["memory_mb"])
+        del payload
+        data = (json.dumps(verdict) + "\n").encode()
+        while data:
+            data = data[os.write(RESULT_FD, data):]
+    except BaseException:  # noqa: BLE001 - e.g. MemoryError while reporting
+        os._exit(EXIT_MEMORY)
+    os._exit(0)
+
+
+# ---------------------------------------------------------------- zygote (the loop)
+
+def _wait(pid, pidfd, deadline):
+    """Reap the child, killing it if it outlives `deadline`. Returns (status, rusage)."""
+    killed = False
+    while True:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            return status, usage, killed
+        left = deadline - time.monotonic()
+        if left <= 0 and not killed:
+            _kill(pid)
+            killed = True
+        if pidfd is not None:
+            select.select([pidfd], [], [], max(left, 0) if not killed else None)
+        else:
+            time.sleep(0.0005)
+
+
+def _kill(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _rmtree(path):
+    """Remove a scratch directory (normally empty: the child cannot write into it)."""
+    try:
+        os.rmdir(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    for top, dirs, files in os.walk(path, topdown=False):
+        for name in files:
+            try:
+                os.unlink(os.path.join(top, name))
+            except OSError:
+                pass
+        for name in dirs:
+            try:
+                os.rmdir(os.path.join(top, name))
+            except OSError:
+                pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def run_job(job, payload, base, seq):
+    scratch = os.path.join(base, str(seq))
+    os.mkdir(scratch, 0o700)
+    result_r, result_w = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        _child(job, payload, scratch, result_r, result_w)
+        os._exit(EXIT_INTERNAL)  # not reached
+    os.close(result_w)
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pass
+    deadline = start + job["timeout"]
+    out, timed_out, overflow = bytearray(), False, False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([result_r], [], [], left)[0]:
+                timed_out = True
+                break
+            chunk = os.read(result_r, 65536)
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > OUTPUT_CAP:
+                overflow = True
+                break
+        if timed_out or overflow:
+            _kill(pid)
+        # a child that closed its pipe gets a little grace to exit, never unbounded
+        status, usage, killed = _wait(pid, pidfd, max(deadline, time.monotonic()) + 0.5)
+        timed_out = timed_out or killed
+    finally:
+        os.close(result_r)
+        if pidfd is not None:
+            os.close(pidfd)
+        _rmtree(scratch)
+    exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    return {
+        "id": job.get("id"),
+        "out": bytes(out[:OUTPUT_CAP]).decode("utf-8", "replace"),
+        "exit": exit_code,
+        "timed_out": timed_out,
+        "overflow": overflow,
+        "wall_s": round(time.monotonic() - start, 6),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),
+        "maxrss_kb": usage.ru_maxrss,
+    }
+
+
+def _warm_up():
+    """Exercise parse/compile/exec/json once, on trusted code, before the first fork.
+
+    A fresh fork otherwise pays several ms of first-use costs (allocator arenas, interned
+    strings, lazy caches) on every check; done here, every child inherits them warm.
+    """
+    limit = sys.getrecursionlimit()
+    code = marshal.dumps(compile(WARM_SOURCE, "<checker>", "exec", dont_inherit=True))
+    job = json.dumps({"state": {"agent": {}}, "trajectory": [{"role": "assistant", "tool_calls": [{"name": "x"}]}]})
+    for _ in range(3):
+        _evaluate(code + job.encode(), len(code), 0)
+    sys.setrecursionlimit(limit)
+
+
+def main():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
+    # scratch on tmpfs when there is one: a directory per check costs ~3 ms on disk here
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    base = os.path.join(shm or os.environ.get("TMPDIR", "/tmp"), f"kit-sandbox-{os.getpid()}-{time.time_ns()}")
+    os.mkdir(base, 0o700)
+    os.chdir(base)
+    if max(int(fd) for fd in os.listdir("/proc/self/fd")) >= FD_SWEEP - 8:
+        raise SystemExit("sandbox zygote: too many open descriptors to sweep")
+    global WALLS
+    WALLS = _probe_walls(base)
+    proto_in, proto_out = sys.stdin.buffer, sys.stdout.buffer
+    hello = {"ready": True, "pid": os.getpid(), "base": base, **WALLS}
+    _warm_up()
+    gc.collect()
+    gc.freeze()  # keep the warm heap shared with the children (fewer copy-on-write faults)
+    seq = 0
+    try:
+        proto_out.write((json.dumps(hello) + "\n").encode())
+        proto_out.flush()
+        while True:
+            header = proto_in.readline()
+            if not header:
+                break
+            job = json.loads(header)
+            seq += 1
+            payload = proto_in.read(job["n"])
+            if len(payload) != job["n"]:
+                break
+            reply = run_job(job, payload, base, seq)
+            proto_out.write((json.dumps(reply) + "\n").encode())
+            proto_out.flush()
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+    finally:
+        _rmtree(base)
+
+
+if __name__ == "__main__":
+    main()
