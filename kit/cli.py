@@ -162,6 +162,20 @@ def _cmd_checker_mutate(args: argparse.Namespace) -> int:
     from kit.envs import load_domain
 
     dom = load_domain(args.domain)
+    if args.all:
+        from kit.checkers.codegen import state_checker_source
+        from kit.checkers.mutation import domain_mutation_summary
+
+        s = domain_mutation_summary(dom, code_for=state_checker_source if args.state_code else None)
+        print(json.dumps({k: v for k, v in s.items() if k != "slipped_examples"}))
+        for ex in s["slipped_examples"][:10]:
+            print("  slipped:", ex)
+        print(f"mutation {args.domain}{' +state-code' if args.state_code else ''}: {s['tasks']} tasks, "
+              f"{s['mutants']} mutants, {s['must_reject']} must be rejected, {s['rejected_must']} rejected, "
+              f"{s['slipped']} slipped")
+        return 0
+    if not args.task_id:
+        raise SystemExit("kit checker mutate: give --task-id ID or --all")
     code = open(args.code, encoding="utf-8").read() if args.code else None
     rep = mutation_test(dom, CheckedTask(task=dom.task(args.task_id), checker=Checker(code=code)))
     for r in rep.results:
@@ -223,7 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     cs.set_defaults(fn=_cmd_checker_sandbox)
     cm = cks.add_parser("mutate", help="mutation report of a τ² task's checker")
     cm.add_argument("--domain", required=True)
-    cm.add_argument("--task-id", required=True)
+    cm.add_argument("--task-id", default=None)
+    cm.add_argument("--all", action="store_true", help="every default task: summary counts")
+    cm.add_argument("--state-code", action="store_true", help="with --all: add the gold-state code checker")
     cm.add_argument("--code", default=None, help="optional model-written check() source to add to the criteria")
     cm.set_defaults(fn=_cmd_checker_mutate)
 

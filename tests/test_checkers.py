@@ -76,3 +76,17 @@ def test_state_view_holds_touched_records_and_changes():
     side, table, key = view["changed"][0]
     assert key in view[side][table]
     assert judge(dom, CheckedTask(task=task), gold).reward == 1.0
+
+
+def test_sandboxed_state_code_closes_the_gap_the_criteria_leave_open():
+    """Telecom tasks reward only env assertions: a stray write that keeps them true slips
+    past the criteria. The gold-state code checker (run in the sandbox) rejects it."""
+    from kit.checkers.checker import Checker
+    from kit.checkers.codegen import state_checker_source
+
+    dom = load_domain("telecom")
+    task = next(t for t in dom.tasks()[:12] if mutation_test(dom, CheckedTask(task=t)).slipped)
+    plain = mutation_test(dom, CheckedTask(task=task))
+    coded = mutation_test(dom, CheckedTask(task=task, checker=Checker(code=state_checker_source(dom, task))))
+    assert plain.slipped and all("state_differs" in s.why for s in plain.slipped)
+    assert coded.gold_passed and coded.slipped == [] and coded.accepted

@@ -19,6 +19,7 @@ that is not "ok" (rejected, timeout, limit, error) counts as a failure with its 
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 from pydantic import BaseModel, Field
@@ -81,7 +82,7 @@ def state_view(final: EpisodeEnv, gold: Optional[EpisodeEnv] = None) -> dict:
             else:
                 view[side][name] = dump_record(value)
     view["changed"] = [[c.side, c.table, c.key] for c in final.diff()]
-    return view
+    return json.loads(json.dumps(view, default=str))  # plain JSON: dates become ISO strings
 
 
 def trajectory_view(traj: Trajectory) -> list[dict]:

@@ -80,13 +80,16 @@ def mutation_test(domain: Domain, rec: CheckedTask, sandbox=None, min_mutants: i
     return report
 
 
-def domain_mutation_summary(domain: Domain, tasks: Optional[list] = None) -> dict:
-    """Mutation-test the criteria checker of every task: counts for a closing note."""
+def domain_mutation_summary(domain: Domain, tasks: Optional[list] = None, code_for=None, sandbox=None) -> dict:
+    """Mutation-test every task's checker (criteria, plus `code_for(domain, task)` if given)."""
+    from kit.checkers.checker import Checker
+
     tasks = tasks if tasks is not None else domain.tasks()
     out = {"domain": domain.name, "tasks": 0, "mutants": 0, "must_reject": 0, "rejected_must": 0,
            "slipped": 0, "gold_failed": [], "slipped_examples": []}
     for task in tasks:
-        rep = mutation_test(domain, CheckedTask(task=task))
+        code = code_for(domain, task) if code_for is not None else None
+        rep = mutation_test(domain, CheckedTask(task=task, checker=Checker(code=code)), sandbox)
         out["tasks"] += 1
         out["mutants"] += rep.made
         out["must_reject"] += rep.must_reject

@@ -1,0 +1,43 @@
+"""Code checkers written from a task's gold final state (by the kit, not a model).
+
+`state_checker_source(domain, task)` emits a `check(state, trajectory)` that passes only
+when exactly the records the gold actions change have changed, each to its gold value.
+It closes the gap the τ² criteria leave open where a task's reward basis has no DB check
+(telecom's ENV_ASSERTION-only tasks): a stray write that leaves the assertions true. It
+runs in the sandbox like any model-written checker, and shows the form a synthesizer's
+checker takes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kit.checkers.checker import state_view
+from kit.envs.domain import Domain
+
+TEMPLATE = '''EXPECTED = json_expected
+
+def check(state, trajectory):
+    changed = sorted([str(side), str(table), str(key)] for side, table, key in state["changed"])
+    want = sorted([e[0], e[1], e[2]] for e in EXPECTED)
+    if changed != want:
+        extra = [c for c in changed if c not in want]
+        missing = [w for w in want if w not in changed]
+        return {"passed": False, "unexpected": extra[:5], "missing": missing[:5]}
+    for side, table, key, value in EXPECTED:
+        records = state[side][table]
+        got = records.get(key) if key != "None" else records
+        if got != value:
+            return {"passed": False, "wrong_value": [side, table, key]}
+    return True
+'''
+
+
+def state_checker_source(domain: Domain, task) -> str:
+    gold = domain.gold_state(task)
+    view = json.loads(json.dumps(state_view(gold), default=str))
+    expected = []
+    for side, table, key in view["changed"]:
+        value = view[side][table].get(str(key)) if key is not None else view[side][table]
+        expected.append([str(side), str(table), str(key), value])
+    return TEMPLATE.replace("json_expected", repr(expected).replace("None", "None"))
