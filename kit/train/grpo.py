@@ -1,0 +1,411 @@
+"""GRPO on the agent with checker rewards and dynamic filtering (PAPER.md, "The RL recipe").
+
+    trainer = GRPOTrainer(model, tokenizer, domain.tasks("train"), GRPOConfig(), domain=domain)
+    history = trainer.train()          # one metrics dict per step (also logged to W&B if given)
+    trainer.save("runs/<id>/grpo")     # HF folder: HFBackend, vLLM and `transformers serve` load it
+    # multi-GPU: the same script under `accelerate launch --num_processes 8 script.py`
+
+Per step: draw B tasks; run G multi-turn episodes of each (kit.rollout.run_episodes) with an
+HFBackend that wraps the *current* policy (eval mode while sampling); reward = the checker's
+verdict (default kit.verify.verify(...).reward, any `reward_fn(task, traj)` replaces it); drop
+groups per `filter_mode` and draw fresh tasks in their place until B groups are kept or
+`resample_budget` extra tasks are spent; advantages (R - mean_G) / (std_G + eps) go to every
+token the agent sampled; token-level PPO-clip over all generated tokens of the batch (train mode).
+
+Kept from the paper: group advantages with population std, checker reward in {0, 1}, no KL
+(`kl_coef` > 0 adds a k3 penalty to a frozen copy), token-level loss normalised over the batch's
+generated tokens, dynamic filtering of all-equal groups (the public AReaL "all_success" variant
+and batch-level normalisation are switches), temperature 1.0 rollouts, lr 1.7e-5, clip 0.4.
+Dropped, and why:
+- Asynchronous rollouts (AReaL's SGLang workers, staleness control): rollouts here are
+  synchronous and on-policy, so with `minibatches=1` the old log-probs equal the new ones and are
+  taken from the same forward pass (detached): ratio = 1, clipping only acts from the second
+  minibatch on. This is what TRL does with one iteration; it saves a forward pass per step.
+- The loss is normalised over the tokens of the (filtered) batch, not per group: with
+  per-group normalisation a group's weight would depend on how long its episodes are.
+- A plain PyTorch loop, not TRL's GRPOTrainer: TRL's multi-turn path (`rollout_func`) has to
+  re-create episodes from completions, while here run_episodes owns the dialogue (user
+  simulator, tools, termination) and the loop needs per-turn rows with the exact sampled ids.
+  accelerate still wraps model and optimizer, so `accelerate launch` gives DDP (checked: 2 CPU
+  processes under torchrun, ACCELERATE_USE_CPU=true, end with identical weights). Each process
+  samples its own tasks, normalises by its own tokens and logs its own metrics; skips are agreed
+  on by all processes. FSDP / ZeRO-3 would need the sharded weights gathered to sample: not done.
+- One row per assistant turn (prompt re-rendered as the agent saw it), not one packed sequence
+  per episode: exact for any chat template, at the cost of re-encoding long histories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kit.llm.types import SamplingParams
+from kit.rollout.prompts import agent_system_prompt
+from kit.train.grpo_math import filter_groups, group_advantages, ppo_clip_loss
+from kit.train.sequences import RecordingHFBackend, Row, token_logprobs, trajectory_rows
+
+
+@dataclass
+class GRPOConfig:
+    """One GRPO run. Defaults are the paper's public dense-model config where it has one."""
+
+    lr: float = 1.7e-5
+    """AdamW learning rate, constant (paper: 1.7e-5 dense, 5e-6 MoE; tiny CPU tests use more)."""
+    clip_eps: float = 0.4
+    """PPO clip range: ratios outside [1 - eps, 1 + eps] stop the gradient (paper: 0.4)."""
+    kl_coef: float = 0.0
+    """Weight of a k3 KL penalty to the initial policy; 0 = no reference model (paper)."""
+    group_size: int = 8
+    """G: episodes per task; the group their advantages are normalised in (paper: 8-16)."""
+    tasks_per_step: int = 16
+    """B: groups kept per optimizer step (paper: 16 tasks per batch)."""
+    filter_mode: str = "all_equal"
+    """Dynamic filtering: "all_equal" (paper), "all_success" (public AReaL) or "off"."""
+    adv_scope: str = "group"
+    """Advantage normalisation: "group" (paper) or "batch" (public AReaL)."""
+    resample_budget: int = 16
+    """Extra tasks a step may draw to replace filtered groups; then it trains on what it kept."""
+    minibatches: int = 1
+    """Optimizer steps per batch (PPO minibatches); > 1 computes old log-probs once up front."""
+    micro_batch_size: int = 4
+    """Rows per forward/backward; gradients accumulate over a minibatch's micro-batches."""
+    max_steps: int = 100
+    """Training steps `train()` runs."""
+    temperature: float = 1.0
+    """Rollout sampling temperature (paper: 1.0; evaluation uses 0.6)."""
+    top_p: float = 1.0
+    """Rollout nucleus sampling."""
+    max_new_tokens: int = 192
+    """Most tokens per assistant turn."""
+    max_episode_steps: int = 30
+    """Messages per episode before max_steps termination (paper: up to 50 orchestrator steps)."""
+    max_errors: int = 10
+    """Failed tool calls before too_many_errors termination."""
+    max_seq_tokens: int | None = None
+    """Rows (prompt + completion) longer than this are left out of the update and counted."""
+    loss_norm: str = "token"
+    """"token": over all generated tokens of the batch (paper); "sequence": per row, then mean."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    user_model: str = "embedded"
+    """User simulator backend spec (kit.llm.make_backend): the raw base model, or the folder of
+    the SFT user model (paper: RL against the fine-tuned user). Ignored when `user` is passed."""
+    user_tag: str = "raw"
+    """Label for the user model in metrics and reports: "raw" or "fine-tuned"."""
+    user_temperature: float = 1.0
+    """User simulator sampling temperature."""
+    user_max_new_tokens: int = 96
+    """Most tokens per user turn."""
+    templates_dir: str | None = None
+    """Prompt templates for the rollouts (kit/rollout/templates by default)."""
+    seed: int = 0
+    """Seeds task order and rollout sampling."""
+    print_metrics: bool = True
+    """Print one line per step when no W&B run is given."""
+
+    def __post_init__(self) -> None:
+        for name, low in (("group_size", 2), ("tasks_per_step", 1), ("minibatches", 1), ("micro_batch_size", 1),
+                          ("max_new_tokens", 1), ("resample_budget", 0)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        filter_groups([], self.filter_mode)  # raise early on a bad mode name
+        group_advantages([], scope=self.adv_scope)
+
+
+@dataclass
+class _Group:
+    task: Any
+    trajs: list
+    rewards: list[float]
+
+
+class GRPOTrainer:
+    """The loop. `model`/`tokenizer`: the policy (a loaded causal LM). `tasks`: what to sample.
+
+    domain: a kit Domain; gives the default rollouts (run_episodes), reward (verify), system
+        prompt and tools. Without it pass `rollout_fn` and `reward_fn` (e.g. single-turn tasks).
+    user: the user simulator Backend (default: make_backend(config.user_model), built lazily).
+    reward_fn(task, trajectory) -> float; rollout_fn(tasks, agent_backend, seed) -> trajectories.
+    agent_system, tools: what the agent sees, when they are not the domain's.
+    wandb_run: a W&B run to log each step's metrics to. accelerator: an accelerate.Accelerator.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        tasks: list,
+        config: GRPOConfig | None = None,
+        *,
+        domain: Any = None,
+        user: Any = None,
+        reward_fn: Callable[[Any, Any], float] | None = None,
+        rollout_fn: Callable[[list, Any, int], list] | None = None,
+        agent_system: str | None = None,
+        tools: list[dict] | None = None,
+        wandb_run: Any = None,
+        accelerator: Any = None,
+    ):
+        if not tasks:
+            raise ValueError("GRPOTrainer: `tasks` is empty; GRPO needs at least one task to draw groups from")
+        if domain is None and (rollout_fn is None or reward_fn is None or agent_system is None):
+            raise ValueError("GRPOTrainer: without a `domain`, pass `rollout_fn`, `reward_fn` and `agent_system`")
+        from accelerate import Accelerator
+
+        self.cfg = config or GRPOConfig()
+        self.tasks, self.domain, self.tokenizer = list(tasks), domain, tokenizer
+        self.acc = accelerator or Accelerator()
+        opt = torch.optim.AdamW(model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.model, self.opt = self.acc.prepare(model, opt)
+        self.policy = self.acc.unwrap_model(self.model)
+        self.backend = RecordingHFBackend(model=self.policy, tokenizer=tokenizer)
+        self.ref = None
+        if self.cfg.kl_coef > 0:
+            self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        tdir = Path(self.cfg.templates_dir) if self.cfg.templates_dir else None
+        self.system = agent_system if agent_system is not None else agent_system_prompt(domain.policy, tdir)
+        self.tools = tools if tools is not None else (domain.tool_schemas("assistant") if domain else None)
+        self._user = user
+        self.rollout_fn = rollout_fn
+        if reward_fn is None:
+            from kit.verify import verify
+
+            reward_fn = lambda task, traj: verify(domain, task, traj).reward
+        self.reward_fn = reward_fn
+        self.wandb_run = wandb_run
+        self.rng = random.Random(self.cfg.seed * 1000 + self.acc.process_index)
+        self._queue: list = []
+        self.step_idx = 0
+
+    # -- rollouts -------------------------------------------------------------------------
+    @property
+    def user(self) -> Any:
+        if self._user is None:
+            from kit.llm import make_backend
+
+            self._user = make_backend(self.cfg.user_model)
+        return self._user
+
+    def _draw(self, n: int) -> list:
+        """n tasks, without replacement within a pass over the shuffled task list."""
+        out = []
+        while len(out) < n:
+            if not self._queue:
+                self._queue = self.rng.sample(self.tasks, len(self.tasks))
+            out.append(self._queue.pop())
+        return out
+
+    def _rollout(self, tasks: list, seed: int) -> list:
+        if self.rollout_fn is not None:
+            return self.rollout_fn(tasks, self.backend, seed)
+        from kit.rollout import RolloutConfig, run_episodes
+
+        c = self.cfg
+        rc = RolloutConfig(
+            max_steps=c.max_episode_steps, max_errors=c.max_errors, seed=seed, templates_dir=c.templates_dir,
+            agent_params=SamplingParams(temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens),
+            user_params=SamplingParams(temperature=c.user_temperature, max_new_tokens=c.user_max_new_tokens),
+        )
+        return run_episodes(self.domain, tasks, self.backend, self.user, rc, progress=False)
+
+    def _collect(self) -> tuple[list[_Group], list[_Group], dict]:
+        """Roll out B groups, filter, resample until B are kept or the budget is spent."""
+        c, G = self.cfg, self.cfg.group_size
+        kept, seen, budget, rnd = [], [], c.resample_budget, 0
+        todo = self._draw(c.tasks_per_step)
+        self.policy.eval()
+        while todo:
+            seed = ((c.seed * 1009 + self.acc.process_index) * 100_003 + self.step_idx) * 101 + rnd  # distinct per process
+            trajs = self._rollout([t for t in todo for _ in range(G)], seed=seed)
+            groups = []
+            for k, task in enumerate(todo):
+                ts = trajs[k * G : (k + 1) * G]
+                groups.append(_Group(task, ts, [float(self.reward_fn(task, t)) for t in ts]))
+            seen += groups
+            kept += [g for g, keep in zip(groups, filter_groups([g.rewards for g in groups], c.filter_mode)) if keep]
+            need = c.tasks_per_step - len(kept)
+            if need <= 0 or budget <= 0:
+                break
+            n = min(need, budget)
+            budget, rnd, todo = budget - n, rnd + 1, self._draw(n)
+        m = {"groups/resamples": c.resample_budget - budget, "groups/kept": min(len(kept), c.tasks_per_step),
+             "groups/filtered_frac": 1.0 - len(kept) / len(seen)}
+        return kept[: c.tasks_per_step], seen, m
+
+    def _episode_metrics(self, seen: list[_Group]) -> dict:
+        rewards = [r for g in seen for r in g.rewards]
+        trajs = [t for g in seen for t in g.trajs]
+        mean = sum(rewards) / len(rewards)
+        m = {
+            "reward/mean": mean,
+            "reward/std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
+            "pass_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
+            "episode/turns_mean": sum(sum(x.role == "assistant" and "completion_tokens" in x.meta for x in t.messages)
+                                      for t in trajs) / len(trajs),
+            "episode/tokens_mean": sum(sum(x.meta.get("completion_tokens") or 0 for x in t.messages
+                                           if x.role == "assistant") for t in trajs) / len(trajs),
+        }
+        for reason, n in Counter(t.termination_reason for t in trajs).items():
+            m[f"termination/{reason}"] = n / len(trajs)
+        if self.domain is not None:  # user fidelity is defined on tau2 tasks
+            from kit.rollout.fidelity import user_deviations
+
+            dev = [bool(user_deviations(g.task, t, goal_reached=r >= 1.0))
+                   for g in seen for t, r in zip(g.trajs, g.rewards)]
+            m["user/deviation_rate"] = sum(dev) / len(dev)
+        return m
+
+    # -- update ---------------------------------------------------------------------------
+    def _rows(self, kept: list[_Group]) -> tuple[list[Row], dict]:
+        advs = group_advantages([g.rewards for g in kept], scope=self.cfg.adv_scope)
+        rows, unmatched, too_long = [], 0, 0
+        for gi, (g, adv) in enumerate(zip(kept, advs)):
+            for traj, a in zip(g.trajs, adv):
+                rs, u = trajectory_rows(self.backend, traj, self.system, self.tools, a, gi)
+                unmatched += u
+                for r in rs:
+                    if self.cfg.max_seq_tokens and len(r.ids) > self.cfg.max_seq_tokens:
+                        too_long += 1
+                    else:
+                        rows.append(r)
+        return rows, {"train/rows": len(rows), "train/unmatched_turns": unmatched, "train/too_long_rows": too_long,
+                      "train/tokens": sum(sum(r.mask) for r in rows)}
+
+    def _update(self, rows: list[Row]) -> tuple[dict, str | None]:
+        c = self.cfg
+        pad = self.backend.pad_id
+        rows = sorted(rows, key=lambda r: len(r.ids))  # micro-batches of similar length pad less
+        order = list(range(len(rows)))
+        self.rng.shuffle(order)
+        mbs = [sorted(order[i :: c.minibatches]) for i in range(c.minibatches)]  # step() checked len(rows)
+        micro = [[[rows[j] for j in mb[s : s + c.micro_batch_size]] for s in range(0, len(mb), c.micro_batch_size)]
+                 for mb in mbs]
+        self.model.train()
+        old = ref = None
+        with torch.no_grad():
+            if c.minibatches > 1:  # later minibatches are off-policy: fix the sampling policy's log-probs now
+                old = [[token_logprobs(self.model, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
+            if self.ref is not None:
+                ref = [[token_logprobs(self.ref, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
+        out = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, **({"kl_ref": 0.0} if ref is not None else {})}
+        tokens, applied = 0.0, 0
+        for b, mb in enumerate(micro):
+            total = float(sum(sum(r.mask) for mi in mb for r in mi))
+            self.opt.zero_grad(set_to_none=True)
+            bad = False
+            for k, mi in enumerate(mb):
+                sync = contextlib.nullcontext() if k == len(mb) - 1 else self.acc.no_sync(self.model)
+                with sync:
+                    logp, mask = token_logprobs(self.model, mi, pad, c.temperature)
+                    adv = torch.tensor([r.advantage for r in mi], dtype=logp.dtype, device=logp.device)
+                    loss, st = ppo_clip_loss(
+                        logp, logp.detach() if old is None else old[b][k], adv, mask, c.clip_eps, c.kl_coef,
+                        None if ref is None else ref[b][k], c.loss_norm, total_tokens=total)
+                    if c.loss_norm == "sequence":
+                        loss = loss * len(mi) / sum(len(x) for x in mb)
+                    if not torch.isfinite(loss):  # keep the backward (DDP peers wait on it), but of nothing
+                        bad, loss = True, (logp * 0.0).nan_to_num().sum()
+                    self.acc.backward(loss)
+                out["loss"] += loss.item() / len(micro)
+                out["clip_frac"] += st["clip_frac"] * st["tokens"]
+                out["approx_kl"] += st["approx_kl"] * st["tokens"]
+                if ref is not None:
+                    out["kl_ref"] += st["kl_ref"] * st["tokens"]
+                tokens += st["tokens"]
+            if self._any(bad):
+                self.opt.zero_grad(set_to_none=True)
+                return {**out, "loss": float("nan"), "train/minibatches_applied": applied}, "nan_loss"
+            gn = float(self.acc.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
+            if not math.isfinite(gn):
+                self.opt.zero_grad(set_to_none=True)
+                return {**out, "train/minibatches_applied": applied}, "nan_grad_norm"
+            out["grad_norm"] += gn / len(micro)
+            self.opt.step()
+            applied += 1
+        self.backend.invalidate()  # the sampler's cached prefix states belong to the old weights
+        for key in ("clip_frac", "approx_kl", "kl_ref"):
+            if key in out:
+                out[key] /= max(tokens, 1.0)
+        out["train/minibatches_applied"] = applied
+        return out, None
+
+    # -- the step -------------------------------------------------------------------------
+    def step(self) -> dict:
+        """One GRPO step; returns its metrics. A skipped step says why (`skip_reason`)."""
+        t0 = time.perf_counter()
+        self.backend.clear_records()
+        kept, seen, m = self._collect()
+        m.update(self._episode_metrics(seen))
+        m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": ""})
+        m["time/rollout_s"] = time.perf_counter() - t0
+        reason, rows = None, []
+        if not kept:
+            reason = "all_groups_filtered"
+        else:
+            rows, rm = self._rows(kept)
+            m.update(rm)
+            if not rows:
+                reason = "no_trainable_tokens"
+            elif len(rows) < self.cfg.minibatches:
+                reason = "fewer_rows_than_minibatches"
+        # under `accelerate launch` every process must take part in the same backward passes
+        if self._any(reason is not None):
+            reason = reason or "skipped_on_another_process"
+        else:
+            t1 = time.perf_counter()
+            um, reason = self._update(rows)
+            m.update(um)
+            m["time/update_s"] = time.perf_counter() - t1
+        if reason:
+            m.update({"skipped": 1, "skip_reason": reason, f"skipped/{reason}": 1})
+        m["time/step_s"] = time.perf_counter() - t0
+        self.backend.clear_records()
+        self._log(m)
+        self.step_idx += 1
+        return m
+
+    def train(self, steps: int | None = None) -> list[dict]:
+        """Run `steps` (default config.max_steps) steps; one metrics dict each."""
+        return [self.step() for _ in range(steps if steps is not None else self.cfg.max_steps)]
+
+    def _any(self, flag: bool) -> bool:
+        """True if `flag` is set on any process (no communication with a single process)."""
+        if self.acc.num_processes == 1:
+            return flag
+        t = torch.tensor([float(flag)], device=self.acc.device)
+        return bool(self.acc.reduce(t, reduction="sum").item() > 0)
+
+    def _log(self, m: dict) -> None:
+        if not self.acc.is_main_process:
+            return
+        if self.wandb_run is not None:
+            self.wandb_run.log({k: v for k, v in m.items() if isinstance(v, (int, float))}, step=m["step"])
+        elif self.cfg.print_metrics:
+            keys = ("reward/mean", "groups/filtered_frac", "loss", "clip_frac", "grad_norm", "time/step_s")
+            body = " ".join(f"{k}={m[k]:.4g}" for k in keys if k in m)
+            print(f"[grpo] step {m['step']} {body}" + (f" SKIPPED: {m['skip_reason']}" if m["skipped"] else ""))
+
+    def save(self, path: str | Path) -> Path:
+        """Write an HF folder (weights, config, tokenizer) plus the GRPO config as grpo_config.json."""
+        import json
+
+        path = Path(path)
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            path.mkdir(parents=True, exist_ok=True)
+            self.policy.save_pretrained(path, save_function=self.acc.save)
+            self.tokenizer.save_pretrained(path)
+            (path / "grpo_config.json").write_text(json.dumps(asdict(self.cfg), indent=2))
+        return path
