@@ -21,6 +21,7 @@ from kit.llm import (
     make_backend,
 )
 from kit.llm.hf import HFBackend
+from kit.llm.prefix_cache import common_prefix_len
 from kit.llm.prompting import render_prompt, template_supports_tools
 from kit.llm.toolcalls import parse_tool_calls
 
@@ -148,3 +149,68 @@ def test_native_template_is_used_when_it_renders_tools(backend):
     _, calls, errors = parse_tool_calls(prompt)  # arguments reached the template as an object
     assert [(t.name, t.arguments) for t in calls] == [("get_weather", {"city": "Oslo"})] and errors == []
     assert HFBackend(model=backend.model, tokenizer=tok).tool_mode == "native"
+
+
+POLICY = "You are an airline support agent. " + " ".join(
+    f"Rule {i}: check booking {i} and be polite before you act." for i in range(8))
+SHARED = [[{"role": "system", "content": POLICY}, {"role": "user", "content": u}]
+          for u in ["Hi!", "What is 2+2?", "Cancel my flight please.", "Where is my bag?"]]
+
+
+def _fresh(backend, **kwargs):
+    return HFBackend(model=backend.model, tokenizer=backend.tokenizer, **kwargs)
+
+
+def _tokens(groups):
+    return [[(c.raw, c.completion_tokens, c.prompt_tokens, c.finish_reason) for c in g] for g in groups]
+
+
+def test_prefix_cache_greedy_outputs_match_uncached(backend):
+    on, off = _fresh(backend), _fresh(backend, prefix_cache_min_tokens=0)
+    assert off.prefix_cache is None
+    greedy = {"temperature": 0, "max_new_tokens": 10}
+    rows = on.tokenizer([on.render(c, TOOLS) for c in SHARED], add_special_tokens=False)["input_ids"]
+    shared = common_prefix_len(rows)
+    assert shared > 200  # policy + tool schemas
+    expected = off.generate_batch(SHARED, TOOLS, greedy)
+    assert _tokens(on.generate_batch(SHARED, TOOLS, greedy)) == _tokens(expected)
+    stats = on.prefix_cache.stats
+    assert (stats["misses"], stats["computed_tokens"]) == (1, shared)  # prefilled once for the batch
+    # a single row extends the stored prefix: only its own tail is prefilled (all but its last token)
+    assert _tokens(on.generate_batch(SHARED[2:3], TOOLS, greedy)) == _tokens(expected[2:3])
+    assert (stats["extends"], stats["computed_tokens"]) == (1, len(rows[2]) - 1)
+    # n > 1: the whole prompt but its last token is shared
+    params = {**greedy, "n": 3, "max_new_tokens": 6}
+    assert _tokens(on.generate_batch(SHARED[1:2], TOOLS, params)) == _tokens(off.generate_batch(SHARED[1:2], TOOLS, params))
+    # rows sharing only the template's first few tokens fall back to plain batching
+    before = dict(stats)
+    unrelated = [[{"role": "system", "content": s}, {"role": "user", "content": "Hi"}] for s in ("Be brief.", "Speak French.")]
+    assert _tokens(on.generate_batch(unrelated, None, greedy)) == _tokens(off.generate_batch(unrelated, None, greedy))
+    assert stats == before
+
+
+def test_prefix_cache_is_not_reused_after_weights_change(backend):
+    on, off = _fresh(backend), _fresh(backend, prefix_cache_min_tokens=0)
+    stats, greedy = on.prefix_cache.stats, {"temperature": 0, "max_new_tokens": 4}
+    on.generate_batch(SHARED[:2], TOOLS, greedy)
+    on.generate_batch(SHARED[:2], TOOLS, greedy)
+    assert (stats["misses"], stats["hits"]) == (1, 1)
+    weight = backend.model.model.norm.weight
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.add_(0.5)  # in place, as an optimizer step: detected through the version counter
+        assert _tokens(on.generate_batch(SHARED[:2], TOOLS, greedy)) == _tokens(off.generate_batch(SHARED[:2], TOOLS, greedy))
+        assert (stats["misses"], stats["hits"]) == (2, 1)
+        weight.data.mul_(1.5)  # through .data: no version bump, so the trainer calls invalidate()
+        on.invalidate()
+        assert not on.prefix_cache.entries
+        on.generate_batch(SHARED[:2], TOOLS, greedy)
+        assert (stats["misses"], stats["hits"]) == (3, 1)
+        backend.model.train()  # called while a trainer holds the model: nothing stored is trusted
+        on.generate_batch(SHARED[:2], TOOLS, greedy)
+        assert (stats["misses"], stats["hits"]) == (4, 1) and backend.model.training
+    finally:
+        backend.model.eval()
+        with torch.no_grad():
+            weight.copy_(saved)

@@ -1,7 +1,9 @@
 """Code checkers written from a task's gold final state (by the kit, not a model).
 
 `state_checker_source(domain, task)` emits a `check(state, trajectory)` that passes only
-when exactly the records the gold actions change have changed, each to its gold value.
+when exactly the records the gold actions change have changed, each to its gold value,
+and every required gold action (any non-READ tool: writes, transfers) was called with
+the arguments the task compares.
 It closes the gap the τ² criteria leave open where a task's reward basis has no DB check
 (telecom's ENV_ASSERTION-only tasks): a stray write that leaves the assertions true. It
 runs in the sandbox like any model-written checker, and shows the form a synthesizer's
@@ -16,8 +18,19 @@ from kit.checkers.checker import state_view
 from kit.envs.domain import Domain
 
 TEMPLATE = '''EXPECTED = json_expected
+REQUIRED = json_required
+
+def called(name, args, trajectory):
+    for m in trajectory:
+        for c in m.get("tool_calls") or []:
+            if c.get("name") == name and all(c.get("arguments", {}).get(k) == v for k, v in args.items()):
+                return True
+    return False
 
 def check(state, trajectory):
+    for name, args in REQUIRED:
+        if not called(name, args, trajectory):
+            return {"passed": False, "missing_action": name}
     changed = sorted([str(side), str(table), str(key)] for side, table, key in state["changed"])
     want = sorted([e[0], e[1], e[2]] for e in EXPECTED)
     if changed != want:
@@ -40,4 +53,10 @@ def state_checker_source(domain: Domain, task) -> str:
     for side, table, key in view["changed"]:
         value = view[side][table].get(str(key)) if key is not None else view[side][table]
         expected.append([str(side), str(table), str(key), value])
-    return TEMPLATE.replace("json_expected", repr(expected).replace("None", "None"))
+    required = []
+    for a in (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []:
+        if domain.is_write_tool(a.name, a.requestor):
+            keys = a.arguments.keys() if a.compare_args is None else a.compare_args
+            required.append([a.name, {k: a.arguments[k] for k in keys if k in a.arguments}])
+    required = json.loads(json.dumps(required, default=str))
+    return TEMPLATE.replace("json_expected", repr(expected)).replace("json_required", repr(required))

@@ -2,7 +2,8 @@
 really differs.
 
 A mutant *must* be rejected when its final state differs from the gold final state (either
-side's database) or a required (gold) action is missing from its tool calls. Other
+side's database) or a required gold action is missing from its tool calls (required: every
+gold action whose tool is not a READ tool — writes, transfers, other generic tools). Other
 mutants (a failed extra write that changed nothing, say) may go either way; they are
 counted, not judged. A checker is accepted when it passes its gold trajectory and no
 must-reject mutant slips through.
@@ -66,7 +67,8 @@ def mutation_test(domain: Domain, rec: CheckedTask, sandbox=None, min_mutants: i
                 why.append("state_differs")
         except Exception:  # a mutant tau2 could not replay is judged as differing
             why.append("state_differs")
-        if not all(c["met"] for c in check_actions(gold_actions, m.trajectory.messages)):
+        required = [a for a in gold_actions if domain.is_write_tool(a.name, a.requestor)]
+        if not all(c["met"] for c in check_actions(required, m.trajectory.messages)):
             why.append("action_missing")
         v = judge(domain, rec, m.trajectory, sandbox)
         results.append(MutantResult(kind=m.kind, detail=m.detail, must_reject=bool(why), why=why,

@@ -7,6 +7,13 @@ runs under a forked torch RNG seeded with it: the same call gives the same compl
 caller's global RNG is left as it was. (Outputs can depend on batch composition: padding
 changes float rounding. Same inputs, same outputs; not bit-equal to a batch of one.)
 
+Shared-prefix KV caching (kit.llm.prefix_cache): the longest token prefix common to all rows of a
+chunk (the system prompt with its tool schemas, or a whole prompt repeated n times) is prefilled
+once at batch 1, kept in a small LRU across calls and copied into each row's cache, so only the
+rows' own tails are prefilled. Rows are laid out [prefix][left pads][own tokens]; positions come
+from the attention mask, so they continue across the pads. Stored states are dropped when the
+weights change (see `invalidate`).
+
 Simplified on purpose: no streaming, no per-conversation tools (a group shares its task's
 tools), and stop strings end a row only at token boundaries; the text is cut at the stop string.
 """
@@ -18,6 +25,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kit.llm.prefix_cache import PrefixKVCache, common_prefix_len
 from kit.llm.prompting import render_prompt, resolve_tool_mode
 from kit.llm.toolcalls import CLOSE, OPEN, parse_tool_calls
 from kit.llm.types import Backend, Completion, Message, SamplingParams, ToolMode, ToolSchema, as_params
@@ -33,6 +41,11 @@ class HFBackend(Backend):
         dtype: torch dtype or its name; default bfloat16 on GPU, float32 on CPU.
         tool_mode: "auto" | "native" | "prompt" (see kit.llm.prompting).
         max_batch_size: most rows (conversation x sample) in one generate call.
+        prefix_cache_min_tokens: shortest shared token prefix worth caching; 0 or None disables it.
+        prefix_cache_size: most prefixes kept (LRU); 0 disables it.
+
+    Trainers that update the weights through `param.data` (which bumps no version counter) must call
+    `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
     """
 
     def __init__(
@@ -45,6 +58,8 @@ class HFBackend(Backend):
         dtype: Any = None,
         tool_mode: ToolMode = "auto",
         max_batch_size: int = 64,
+        prefix_cache_min_tokens: int | None = 32,
+        prefix_cache_size: int = 4,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -70,6 +85,11 @@ class HFBackend(Backend):
         self.path = str(path) if path is not None else getattr(model, "name_or_path", "")
         self.max_batch_size = max_batch_size
         self.tool_mode = resolve_tool_mode(tokenizer, tool_mode)
+        self.prefix_cache = (
+            PrefixKVCache(prefix_cache_size, prefix_cache_min_tokens)
+            if prefix_cache_min_tokens and prefix_cache_size
+            else None
+        )
 
         gc = model.generation_config
         eos = gc.eos_token_id if gc.eos_token_id is not None else tokenizer.eos_token_id
@@ -81,6 +101,13 @@ class HFBackend(Backend):
         # (Qwen, Hermes) register as added tokens.
         tags = {tokenizer.convert_tokens_to_ids(t) for t in (OPEN, CLOSE)} - {None, tokenizer.unk_token_id}
         self.skip_ids = set(tokenizer.all_special_ids) - tags
+
+    def invalidate(self) -> None:
+        """Forget cached prefix KV states: call after changing the weights behind the backend's back."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    clear_prefix_cache = invalidate
 
     def render(self, messages: list[Message], tools: list[ToolSchema] | None = None) -> str:
         """The exact prompt text this backend feeds the model."""
@@ -100,6 +127,8 @@ class HFBackend(Backend):
         results: list[list[Completion]] = [[] for _ in conversations]
         devices = [self.device] if self.device.type == "cuda" else []
         was_training = self.model.training
+        if was_training:  # a trainer holds the model: weights may have moved since the last call
+            self.invalidate()
         self.model.eval()
         try:
             with torch.random.fork_rng(devices=devices, enabled=params.seed is not None), torch.inference_mode():
@@ -115,9 +144,47 @@ class HFBackend(Backend):
         return results
 
     def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        gen = self._generation_config(params)
+        extra = {"tokenizer": self.tokenizer} if params.stop else {}
+        if self.prefix_cache is not None:
+            rows = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+            # every row keeps at least one token of its own: generate needs a new input to start from
+            shared = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
+            kv = self.prefix_cache.lookup(self.model, rows[0][:shared]) if shared > 0 else None
+            if kv is not None:
+                return self._generate_from_prefix(rows, shared, kv, gen, extra, params)
         enc = self.tokenizer(
             prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
         ).to(self.device)
+        out = self.model.generate(**enc, generation_config=gen, **extra)
+        new_tokens = out[:, enc["input_ids"].shape[1] :].tolist()
+        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+        return [self._completion(ids, int(n), params.stop) for ids, n in zip(new_tokens, prompt_lens)]
+
+    def _generate_from_prefix(self, rows, shared, kv, gen, extra, params) -> list[Completion]:
+        """Generate with the first `shared` tokens of every row already in `kv` (batch-1 states)."""
+        import torch
+
+        width = max(len(r) for r in rows) - shared
+        ids, mask = [], []
+        for row in rows:
+            pads = width - (len(row) - shared)
+            ids.append(row[:shared] + [self.pad_id] * pads + row[shared:])
+            mask.append([1] * shared + [0] * pads + [1] * (len(row) - shared))
+        input_ids = torch.tensor(ids, device=self.device)
+        cache = self.prefix_cache.expand(self.model, kv, len(rows))
+        gen.cache_implementation = None  # a cache object is passed instead
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.tensor(mask, device=self.device),
+            cache=cache,
+            generation_config=gen,
+            **extra,
+        )
+        new_tokens = out[:, input_ids.shape[1] :].tolist()
+        return [self._completion(t, len(r), params.stop) for t, r in zip(new_tokens, rows)]
+
+    def _generation_config(self, params: SamplingParams) -> Any:
         gen = copy.deepcopy(self.model.generation_config)
         sample = params.temperature > 0
         gen.update(
@@ -132,11 +199,7 @@ class HFBackend(Backend):
             use_cache=True,
             stop_strings=params.stop or None,
         )
-        extra = {"tokenizer": self.tokenizer} if params.stop else {}
-        out = self.model.generate(**enc, generation_config=gen, **extra)
-        new_tokens = out[:, enc["input_ids"].shape[1] :].tolist()
-        prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
-        return [self._completion(ids, int(n), params.stop) for ids, n in zip(new_tokens, prompt_lens)]
+        return gen
 
     def _completion(self, ids: list[int], prompt_tokens: int, stop: list[str]) -> Completion:
         cut = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
