@@ -11,7 +11,7 @@ state: every record the episode or the gold actions touched, in its final versio
 every non-table field of the databases (small in every domain):
 
     {"agent": {"reservations": {"4WQ150": {...}}, ...}, "user": {...},
-     "changed": [["agent", "reservations", "4WQ150"], ...]}
+     "changed": [["agent", "reservations", "4WQ150", ["status"]], ...]}   # fields that changed
 
 The reward is 1 only if the criteria give 1 and the code (if any) passes; a code verdict
 that is not "ok" (rejected, timeout, limit, error) counts as a failure with its reason.
@@ -81,7 +81,7 @@ def state_view(final: EpisodeEnv, gold: Optional[EpisodeEnv] = None) -> dict:
                                     if s == side and t == name and dict.__contains__(value, k)}
             else:
                 view[side][name] = dump_record(value)
-    view["changed"] = [[c.side, c.table, c.key] for c in final.diff()]
+    view["changed"] = [[c.side, c.table, c.key, sorted(c.fields_changed())] for c in final.diff()]
     return json.loads(json.dumps(view, default=str))  # plain JSON: dates become ISO strings
 
 

@@ -1,7 +1,8 @@
 """Code checkers written from a task's gold final state (by the kit, not a model).
 
 `state_checker_source(domain, task)` emits a `check(state, trajectory)` that passes only
-when exactly the records the gold actions change have changed, each to its gold value,
+when exactly the records (and fields) the gold actions change have changed, each to its
+gold value,
 and every required gold action (any non-READ tool: writes, transfers) was called with
 the arguments the task compares.
 It closes the gap the τ² criteria leave open where a task's reward basis has no DB check
@@ -31,32 +32,42 @@ def check(state, trajectory):
     for name, args in REQUIRED:
         if not called(name, args, trajectory):
             return {"passed": False, "missing_action": name}
-    changed = sorted([str(side), str(table), str(key)] for side, table, key in state["changed"])
-    want = sorted([e[0], e[1], e[2]] for e in EXPECTED)
+    changed = sorted([str(c[0]), str(c[1]), str(c[2]), sorted(c[3])] for c in state["changed"])
+    want = sorted([e[0], e[1], e[2], sorted(e[3])] for e in EXPECTED)
     if changed != want:
         extra = [c for c in changed if c not in want]
         missing = [w for w in want if w not in changed]
         return {"passed": False, "unexpected": extra[:5], "missing": missing[:5]}
-    for side, table, key, value in EXPECTED:
+    for side, table, key, fields in EXPECTED:
         records = state[side][table]
         got = records.get(key) if key != "None" else records
-        if got != value:
-            return {"passed": False, "wrong_value": [side, table, key]}
+        for name, value in fields.items():
+            if got is None or got.get(name) != value:
+                return {"passed": False, "wrong_value": [side, table, key, name]}
     return True
 '''
+
+
+def _lit(v) -> str:
+    """A compact Python literal (no spaces): sandboxed sources have a size limit."""
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{_lit(k)}:{_lit(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_lit(x) for x in v) + "]"
+    return repr(v)
 
 
 def state_checker_source(domain: Domain, task) -> str:
     gold = domain.gold_state(task)
     view = json.loads(json.dumps(state_view(gold), default=str))
-    expected = []
-    for side, table, key in view["changed"]:
-        value = view[side][table].get(str(key)) if key is not None else view[side][table]
-        expected.append([str(side), str(table), str(key), value])
+    expected = []  # only the fields the gold changed, with their gold values: compact
+    for side, table, key, fields in view["changed"]:
+        record = view[side][table].get(str(key)) if key is not None else view[side][table]
+        expected.append([str(side), str(table), str(key), {f: (record or {}).get(f) for f in fields}])
     required = []
     for a in (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []:
         if domain.is_write_tool(a.name, a.requestor):
             keys = a.arguments.keys() if a.compare_args is None else a.compare_args
             required.append([a.name, {k: a.arguments[k] for k in keys if k in a.arguments}])
     required = json.loads(json.dumps(required, default=str))
-    return TEMPLATE.replace("json_expected", repr(expected)).replace("json_required", repr(required))
+    return TEMPLATE.replace("json_expected", _lit(expected)).replace("json_required", _lit(required))

@@ -59,7 +59,11 @@ class RecordChange:
         return "changed"
 
     def fields_changed(self) -> dict[str, tuple[Any, Any]]:
-        """Field-level old → new for a changed record (top-level fields only)."""
+        """Field-level old → new (top-level fields; every field of an added or removed record)."""
+        if self.old is None and isinstance(self.new, dict):
+            return {k: (None, v) for k, v in sorted(self.new.items())}
+        if self.new is None and isinstance(self.old, dict):
+            return {k: (v, None) for k, v in sorted(self.old.items())}
         if not (isinstance(self.old, dict) and isinstance(self.new, dict)):
             return {"": (self.old, self.new)}
         keys = set(self.old) | set(self.new)

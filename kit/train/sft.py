@@ -1,0 +1,324 @@
+"""Supervised fine-tuning of the agent or the user model on SFT samples (PAPER.md, recipe steps 1-2).
+
+    agent, user = gold_sft_samples(domain, tasks, tokenizer)        # or build_sft_samples(trajs, ...)
+    metrics = run_sft(agent, SFTConfig(output_dir="runs/<id>/sft_agent", lora=True))
+    HFBackend(metrics["output_dir"])          # a plain HF folder: hf backend, `transformers serve`, vLLM
+    # multi-GPU: the same script under `accelerate launch --num_processes 8 script.py`
+
+Built on TRL's SFTTrainer with a prompt-completion dataset and `completion_only_loss=True`: the loss
+covers the completion tokens only (the turn and its end-of-turn token), never the prompt.
+
+What this module does itself, and why:
+- It tokenizes. The prompt is tokenized alone (`add_special_tokens=False`), exactly as the hf
+  backend tokenizes what it samples from and as GRPO builds its rows (kit/train/sequences.py), and
+  the completion is tokenized alone after it: the model learns to continue the very token ids it
+  will see at inference. (TRL would tokenize prompt + completion jointly, which can merge tokens
+  across the boundary.) TRL gets `input_ids` + `completion_mask` and builds the labels (-100 on
+  every prompt token) from them; tests/test_sft.py checks a collated batch.
+- It truncates prompts from the left. A row longer than `max_seq_len` keeps its whole completion
+  and the last prompt tokens (the most recent dialogue), losing the start of the system prompt
+  first; TRL's own left truncation ("keep_end") is deprecated. A completion that alone fills
+  `max_seq_len` is dropped (counted in `dropped_too_long`). Set `max_seq_len` above your longest
+  prompt for real runs (τ² telecom agent prompts are ~8k tokens with SmolLM2's tokenizer).
+- LoRA adapters are merged into the weights on save, so the output is a plain HF folder.
+
+Unsloth: with `use_unsloth="auto"` (default), on CUDA with the optional `unsloth` package
+installed, the model is loaded and wrapped with Unsloth's FastLanguageModel (faster kernels, LoRA
+via its get_peft_model, merged save via save_pretrained_merged). Unsloth cannot train on CPU and is
+never required. Its releases pin TRL: unsloth 2026.10.9 (the latest on PyPI when this was written)
+requires `trl>=0.18.2,<=1.15.0,!=0.19.0`, so installing it downgrades this kit's TRL 1.16; check
+the pins before combining. Unsloth must be imported before transformers/trl to patch them, which a
+kit import chain may not guarantee. This path is untested here (no GPU in this project's CI).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class SFTConfig:
+    """One SFT run. Defaults suit a small dense model; the paper publishes no SFT hyperparameters."""
+
+    model_path: Optional[str] = None
+    """HF model folder to start from; None = the embedded SmolLM2-135M-Instruct (kit.llm)."""
+    output_dir: str = "runs/sft"
+    """Where the final HF folder (merged weights + tokenizer), loss_curve.json and sft_metrics.json go."""
+    lora: bool = False
+    """Train LoRA adapters (PEFT) instead of all weights; they are merged into the saved weights."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA branch."""
+    lora_target_modules: Union[str, list[str]] = "all-linear"
+    """Modules that get adapters: a list of names, or "all-linear" (every linear layer but the head)."""
+    lr: float = 2e-5
+    """Peak learning rate (AdamW). Full fine-tuning ~1e-5..2e-5; LoRA usually wants ~1e-4..2e-4."""
+    lr_scheduler: str = "linear"
+    """transformers scheduler name: "linear", "cosine", "constant", ..."""
+    warmup_steps: int = 0
+    """Linear warm-up steps."""
+    epochs: float = 1.0
+    """Passes over the data (ignored when max_steps > 0)."""
+    max_steps: int = -1
+    """Optimizer steps to run; > 0 overrides `epochs`."""
+    batch_size: int = 4
+    """Sequences per device per forward pass."""
+    grad_accum: int = 1
+    """Forward passes per optimizer step (effective batch = batch_size x grad_accum x devices)."""
+    max_seq_len: int = 4096
+    """Longest training sequence in tokens; longer prompts are truncated from the left (see module doc)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: less memory, ~30% more time (TRL's default is on)."""
+    dtype: str = "auto"
+    """"auto" = bfloat16 on CUDA when supported, float32 otherwise; or "float32" / "bfloat16" / "float16"."""
+    seed: int = 0
+    """Seed for data order, LoRA init and dropout."""
+    logging_steps: int = 1
+    """Log the training loss every this many optimizer steps (the loss curve's resolution)."""
+    report_to: str = "none"
+    """"none" or "wandb" (offline unless WANDB_MODE says otherwise)."""
+    run_name: Optional[str] = None
+    """Name of the W&B run."""
+    use_unsloth: Union[bool, str] = "auto"
+    """"auto": Unsloth when CUDA and the package are there; True: require it; False: never."""
+
+
+# ----- data --------------------------------------------------------------------------------------
+
+
+def _pairs(source: Any) -> list[tuple[str, str]]:
+    """(prompt, completion) of every sample: a JSONL path, SFTSamples, dicts or a datasets.Dataset."""
+    from kit.train.sft_data import SFTSample, read_samples
+
+    if isinstance(source, (str, Path)):
+        items: list[Any] = read_samples(source)
+        where = f" in {source}"
+    else:
+        items, where = list(source), ""
+    pairs = []
+    for k, s in enumerate(items):
+        if isinstance(s, SFTSample):
+            pairs.append((s.prompt, s.completion))
+        elif isinstance(s, dict) and isinstance(s.get("prompt"), str) and isinstance(s.get("completion"), str):
+            pairs.append((s["prompt"], s["completion"]))
+        else:
+            raise ValueError(f"SFT sample {k}{where} has no string 'prompt' and 'completion'")
+    if not pairs:
+        raise ValueError(f"no SFT samples{where}: nothing to train on")
+    return pairs
+
+
+def tokenize_samples(pairs: list[tuple[str, str]], tokenizer: Any, max_seq_len: int) -> tuple[dict, dict]:
+    """{"input_ids", "completion_mask"} columns and counts (truncated prompts, dropped samples)."""
+    ids, masks = [], []
+    truncated = dropped = 0
+    for prompt, completion in pairs:
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"]
+        if not c or len(c) >= max_seq_len:
+            dropped += 1
+            continue
+        if len(p) + len(c) > max_seq_len:
+            p = p[len(p) + len(c) - max_seq_len:]  # keep the end of the prompt: the latest turns
+            truncated += 1
+        ids.append(p + c)
+        masks.append([0] * len(p) + [1] * len(c))
+    if not ids:
+        raise ValueError(f"every SFT sample's completion is at least max_seq_len={max_seq_len} tokens: nothing to train on")
+    return {"input_ids": ids, "completion_mask": masks}, {"truncated_prompts": truncated, "dropped_too_long": dropped}
+
+
+def _counting(trainer_cls: type) -> type:
+    """`trainer_cls` counting the tokens of every micro-batch it trains on (the dataloader may
+    prefetch batches it never trains on, so the collator is the wrong place to count)."""
+
+    class Counting(trainer_cls):
+        tokens_trained = 0
+        tokens_seen = 0
+
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            if model.training:
+                self.tokens_trained += int((inputs["labels"][:, 1:] != -100).sum())  # token 0 is never predicted
+                mask = inputs.get("attention_mask")
+                self.tokens_seen += int(mask.sum()) if mask is not None else int(inputs["input_ids"].numel())
+            return super().compute_loss(model, inputs, *args, **kwargs)
+
+    return Counting
+
+
+# ----- model -------------------------------------------------------------------------------------
+
+
+def _dtype(cfg: SFTConfig, cuda: bool):
+    import torch
+
+    if cfg.dtype != "auto":
+        return getattr(torch, cfg.dtype)
+    return torch.bfloat16 if cuda and torch.cuda.is_bf16_supported() else torch.float32
+
+
+def _want_unsloth(cfg: SFTConfig, cuda: bool) -> bool:
+    import importlib.util
+
+    available = cuda and importlib.util.find_spec("unsloth") is not None
+    if cfg.use_unsloth is True and not available:
+        raise RuntimeError("use_unsloth=True needs CUDA and the `unsloth` package (pip install unsloth)")
+    return bool(cfg.use_unsloth) and available
+
+
+def _load_unsloth(path: str, cfg: SFTConfig, dtype: Any):  # pragma: no cover -- needs CUDA + unsloth
+    from unsloth import FastLanguageModel
+
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=path, max_seq_length=cfg.max_seq_len, dtype=dtype, load_in_4bit=False,
+        full_finetuning=not cfg.lora, local_files_only=True,
+    )
+    if cfg.lora:
+        targets = ALL_LINEAR if cfg.lora_target_modules == "all-linear" else list(cfg.lora_target_modules)
+        model = FastLanguageModel.get_peft_model(
+            model, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+            target_modules=targets, random_state=cfg.seed,
+            use_gradient_checkpointing="unsloth" if cfg.gradient_checkpointing else False,
+        )
+    return model, tokenizer
+
+
+def _load(cfg: SFTConfig) -> tuple[Any, Any, Any, bool]:
+    """(model, tokenizer, peft_config or None, unsloth used)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    path = cfg.model_path
+    if path is None:
+        from kit.llm import ensure_embedded_model
+
+        path = str(ensure_embedded_model())
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"HF model folder not found: {path} (hub ids are not downloaded)")
+    cuda = torch.cuda.is_available()
+    dtype = _dtype(cfg, cuda)
+    if _want_unsloth(cfg, cuda):
+        model, tokenizer = _load_unsloth(path, cfg, dtype)
+        return model, tokenizer, None, True
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    peft_config = None
+    if cfg.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                                 target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
+    return model, tokenizer, peft_config, False
+
+
+# ----- the run -----------------------------------------------------------------------------------
+
+
+def prepare_sft(samples_or_path: Any, config: SFTConfig) -> tuple[Any, dict]:
+    """A ready TRL SFTTrainer and data counts; `run_sft` trains it. Exposed so tests and notebooks
+    can look at a collated batch before training."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig as TRLSFTConfig
+    from trl import SFTTrainer
+
+    pairs = _pairs(samples_or_path)  # fail on bad data before loading any weights
+    model, tokenizer, peft_config, unsloth = _load(config)
+    columns, counts = tokenize_samples(pairs, tokenizer, config.max_seq_len)
+    if config.report_to == "wandb":
+        os.environ.setdefault("WANDB_MODE", "offline")
+    cuda = torch.cuda.is_available()
+    dtype = _dtype(config, cuda)
+    # transformers 5.x renamed gradient_checkpointing (TRL's default: on) to activation_checkpointing
+    ckpt = ("activation_checkpointing" if "activation_checkpointing" in TRLSFTConfig.__dataclass_fields__
+            else "gradient_checkpointing")
+    args = TRLSFTConfig(
+        output_dir=config.output_dir,
+        learning_rate=config.lr,
+        lr_scheduler_type=config.lr_scheduler,
+        warmup_steps=config.warmup_steps,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum,
+        **{ckpt: config.gradient_checkpointing},
+        max_length=config.max_seq_len,  # rows are already this short; TRL's truncation is a no-op
+        completion_only_loss=True,
+        packing=False,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu=not cuda,
+        dataloader_pin_memory=cuda,
+        seed=config.seed,
+        data_seed=config.seed,
+        logging_steps=config.logging_steps,
+        save_strategy="no",
+        report_to=[] if config.report_to == "none" else [config.report_to],
+        run_name=config.run_name,
+        disable_tqdm=True,
+    )
+    trainer = _counting(SFTTrainer)(model=model, args=args, train_dataset=Dataset.from_dict(columns),
+                                    processing_class=tokenizer, peft_config=peft_config)
+    counts.update(samples=len(columns["input_ids"]), unsloth=unsloth,
+                  completion_tokens_per_epoch=sum(sum(m) for m in columns["completion_mask"]))
+    return trainer, counts
+
+
+def save_merged(trainer: Any, output_dir: Union[str, Path], unsloth: bool = False) -> Path:
+    """Write a plain HF folder: LoRA adapters merged into the weights, tokenizer beside them."""
+    out = Path(output_dir)
+    model, tokenizer = trainer.model, trainer.processing_class
+    if unsloth and hasattr(model, "save_pretrained_merged"):  # pragma: no cover -- needs CUDA + unsloth
+        model.save_pretrained_merged(str(out), tokenizer, save_method="merged_16bit")
+        return out
+    if hasattr(model, "merge_and_unload"):  # a PeftModel
+        model = model.merge_and_unload()
+    model.config.use_cache = True  # gradient checkpointing switches it off; inference wants it
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    return out
+
+
+def run_sft(samples_or_path: Any, config: Optional[SFTConfig] = None) -> dict:
+    """Train on SFT samples (a JSONL path, SFTSamples, dicts with prompt/completion, or a Dataset).
+
+    Returns metrics: loss_curve [(step, loss)], first_loss, final_loss, steps, wall_time_s,
+    tokens_trained (tokens that reached the loss), tokens_seen, samples, truncated_prompts,
+    dropped_too_long, output_dir. loss_curve.json and sft_metrics.json are written into output_dir.
+    """
+    config = config or SFTConfig()
+    start = time.perf_counter()
+    trainer, counts = prepare_sft(samples_or_path, config)
+    if counts["truncated_prompts"]:
+        print(f"sft: {counts['truncated_prompts']} prompts truncated from the left to fit max_seq_len={config.max_seq_len}")
+    trainer.train()
+    curve = [(int(h["step"]), float(h["loss"])) for h in trainer.state.log_history
+             if "loss" in h and math.isfinite(h["loss"])]
+    out = save_merged(trainer, config.output_dir, counts["unsloth"])
+    metrics = {
+        "loss_curve": curve,
+        "first_loss": curve[0][1] if curve else None,
+        "final_loss": curve[-1][1] if curve else None,
+        "steps": int(trainer.state.global_step),
+        "wall_time_s": round(time.perf_counter() - start, 2),
+        "tokens_trained": trainer.tokens_trained,
+        "tokens_seen": trainer.tokens_seen,
+        **counts,
+        "output_dir": str(out),
+        "config": asdict(config),
+    }
+    (out / "loss_curve.json").write_text(json.dumps(curve))
+    (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
+    return metrics

@@ -1,0 +1,224 @@
+"""SFT data and training (kit/train/sft_data.py, kit/train/sft.py).
+
+Data: the τ² mock and telecom domains' gold dialogues (kit.replay), rendered with the embedded
+SmolLM2 tokenizer. The agent's SFT rows are checked token for token against the rows GRPO builds
+for the same turns (kit.train.sequences.trajectory_rows), so SFT, GRPO and inference share one
+format. Training: the real embedded SmolLM2-135M-Instruct with LoRA, a few steps on two samples,
+sequences cut to 96 tokens (prompts truncated from the left) so that it runs in seconds on 1 thread.
+"""
+
+import json
+
+import pytest
+import torch
+
+from kit.envs import load_domain
+from kit.llm import ensure_embedded_model
+from kit.llm.hf import HFBackend
+from kit.llm.types import SamplingParams
+from kit.replay import gold_trajectory
+from kit.rollout.prompts import FIRST_AGENT_MESSAGE, agent_system_prompt, user_system_prompt
+from kit.train.sequences import RecordingHFBackend, message_signature, trajectory_rows
+from kit.train.sft import SFTConfig, prepare_sft, run_sft
+from kit.train.sft_data import (
+    AGENT_FILE, USER_FILE, build_sft_samples, load_sft_dataset, read_samples, read_trajectories, write_sft_jsonl,
+)
+from kit.trajectory import BadLine, Message, ToolCall, Trajectory
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    return str(ensure_embedded_model())
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
+
+
+@pytest.fixture(scope="module")
+def mock():
+    dom = load_domain("mock")
+    trajs = [gold_trajectory(dom, t) for t in dom.tasks()]
+    return dom, trajs
+
+
+@pytest.fixture(scope="module")
+def mock_samples(mock, tokenizer):
+    dom, trajs = mock
+    return build_sft_samples(trajs, dom, tokenizer)
+
+
+def _ids(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_agent_samples_are_the_rows_grpo_trains_on(mock, mock_samples, tokenizer, model_path):
+    dom, trajs = mock
+    agent, user = mock_samples
+    turns = [m for t in trajs for m in t.messages if m.role == "assistant" and (m.has_text() or m.tool_calls)]
+    assert len(agent) == len(turns) > 0
+    assert len(user) == sum(1 for t in trajs for m in t.messages if m.role == "user" and m.has_text()) > 0
+
+    # GRPO's rows for the same turns: record each turn's completion ids under the SFT prompt; a
+    # row comes back only if trajectory_rows renders exactly that prompt for the turn.
+    backend = RecordingHFBackend(path=model_path)
+    system, tools = agent_system_prompt(dom.policy), dom.tool_schemas("assistant")
+    by_traj = {}
+    for s in agent:
+        by_traj.setdefault(s.trajectory_id, []).append(s)
+    n_rows = 0
+    for traj in trajs:
+        traj = traj.model_copy(deep=True)
+        samples = by_traj.get(traj.id, [])
+        for s in samples:
+            m = traj.messages[s.message_index]
+            m.meta["completion_tokens"] = len(_ids(tokenizer, s.completion))  # "sampled in this rollout"
+            backend.records[s.prompt].append((message_signature(m), _ids(tokenizer, s.completion)))
+        rows, unmatched = trajectory_rows(backend, traj, system, tools, advantage=1.0, group=0)
+        assert unmatched == 0
+        assert len(rows) == len(samples)
+        for row, s in zip(rows, samples):
+            assert row.ids == _ids(tokenizer, s.prompt) + _ids(tokenizer, s.completion)
+            assert sum(row.mask) == len(_ids(tokenizer, s.completion))
+        n_rows += len(rows)
+    assert n_rows == len(agent)
+
+    # completions: the model's own output format, ending with the end-of-turn token
+    for s in agent:
+        m = next(t for t in trajs if t.id == s.trajectory_id).messages[s.message_index]
+        assert s.completion.endswith(tokenizer.eos_token) and s.completion.count(tokenizer.eos_token) == 1
+        assert ("<tool_call>" in s.completion) == bool(m.tool_calls)
+        for c in m.tool_calls or []:
+            assert f'"name": "{c.name}"' in s.completion
+        assert s.messages[-1]["role"] == "assistant" and s.messages[0]["content"] == system
+        assert s.reward is None and s.domain == "mock" and s.role == "agent"
+    # the "messages" form ends with the trained turn, OpenAI style
+    tool_turn = next(s for s in agent if "<tool_call>" in s.completion)
+    assert tool_turn.messages[-1]["tool_calls"][0]["type"] == "function"
+
+
+def test_user_samples_hold_the_users_own_tool_calls(tokenizer):
+    dom = load_domain("telecom")
+    task = next(t for t in dom.tasks()
+                if t.evaluation_criteria and any(a.requestor == "user" for a in t.evaluation_criteria.actions or []))
+    traj = gold_trajectory(dom, task)
+    agent, user = build_sft_samples([traj], dom, tokenizer)
+    user_calls = [c for m in traj.messages if m.role == "user" for c in m.tool_calls or []]
+    assert user_calls and len(user) == sum(1 for m in traj.messages if m.role == "user")
+    with_calls = [s for s in user if "<tool_call>" in s.completion]
+    assert len(with_calls) == len(user_calls)
+    for s, c in zip(with_calls, user_calls):
+        assert f'"name": "{c.name}"' in s.completion
+    user_tools, agent_tools = set(dom.tool_names("user")), set(dom.tool_names("assistant"))
+    for s in user:
+        assert s.prompt.startswith("<|im_start|>system\n" + user_system_prompt(task, True))
+        listed = {t["function"]["name"] for t in s.tools}
+        assert listed == user_tools and all(f'"name": "{n}"' in s.prompt for n in user_tools)
+        assert not any(f'"name": "{n}"' in s.prompt for n in agent_tools - user_tools)
+    # the agent sees neither the user's tools nor the user's calls to them
+    assert agent
+    for s in agent:
+        assert not any(f'"name": "{n}"' in s.prompt + s.completion for n in user_tools - agent_tools)
+
+
+def test_skips_greeting_parse_errors_and_failed_calls(mock, tokenizer):
+    dom, _ = mock
+    task = dom.tasks()[0]
+    bad = ToolCall(id="c1", name="create_task", arguments={"user_id": "nobody"})
+    good = ToolCall(id="c2", name="get_users", arguments={})
+    traj = Trajectory(task_id=task.id, domain="mock", messages=[
+        Message(role="assistant", content=FIRST_AGENT_MESSAGE),
+        Message(role="user", content="Please make a task."),
+        Message(role="assistant", content='<tool_call>{"name": oops</tool_call>', meta={"parse_errors": ["x"]}),
+        Message(role="system", content="Error: could not parse", meta={"to": "assistant"}),
+        Message(role="assistant", tool_calls=[bad]),
+        Message(role="tool", content="Error: user not found", tool_call_id="c1", error=True),
+        Message(role="assistant", tool_calls=[good]),
+        Message(role="tool", content="[]", tool_call_id="c2"),
+        Message(role="assistant", content="Done. ###STOP###"),
+    ], meta={"reward": 0.0})
+    agent, user = build_sft_samples([traj], dom, tokenizer)
+    assert [s.message_index for s in agent] == [6, 8]
+    assert [s.turn for s in agent] == [0, 1] and all(s.reward == 0.0 for s in agent)
+    assert "Error: user not found" in agent[0].prompt  # earlier turns stay as context
+    assert [s.message_index for s in user] == [1]
+    kept = build_sft_samples([traj], dom, tokenizer, skip_parse_errors=False, skip_tool_errors=False)[0]
+    assert [s.message_index for s in kept] == [2, 4, 6, 8]
+
+
+def test_jsonl_round_trip_and_datasets(mock_samples, tmp_path):
+    agent, user = mock_samples
+    paths = write_sft_jsonl(tmp_path, agent, user)
+    assert paths["agent"].name == AGENT_FILE and paths["user"].name == USER_FILE
+    assert read_samples(paths["agent"]) == agent and read_samples(paths["user"]) == user
+    ds = load_sft_dataset(paths["agent"])
+    assert len(ds) == len(agent) and {"prompt", "completion", "task_id", "turn"} <= set(ds.column_names)
+    chat = load_sft_dataset(agent, form="messages")
+    assert chat[0]["messages"][-1]["role"] == "assistant" and json.loads(chat[0]["tools"])[0]["type"] == "function"
+
+
+def test_collated_labels_train_only_the_completion(mock_samples, tokenizer, tmp_path):
+    agent, _ = mock_samples
+    max_len = 256  # shorter than every mock agent prompt: each one is truncated from the left
+    trainer, counts = prepare_sft(agent, SFTConfig(output_dir=str(tmp_path), max_seq_len=max_len, batch_size=len(agent)))
+    assert counts["samples"] == len(agent) and counts["truncated_prompts"] == len(agent)
+    batch = next(iter(trainer.get_train_dataloader()))
+    prompts = {}  # completion ids -> prompt ids of the samples with that completion (some share one)
+    for s in agent:
+        prompts.setdefault(tuple(_ids(tokenizer, s.completion)), []).append(_ids(tokenizer, s.prompt))
+    assert batch["labels"].shape[0] == len(agent)
+    for ids, labels, att in zip(batch["input_ids"].tolist(), batch["labels"].tolist(), batch["attention_mask"].tolist()):
+        n = sum(att)
+        trained = [i for i, lab in zip(ids[:n], labels[:n]) if lab != -100]
+        candidates = prompts[tuple(trained)]  # what is trained is exactly one sample's completion...
+        k = n - len(trained)
+        assert all(lab == -100 for lab in labels[:k])  # ...after every prompt token, all masked
+        assert labels[k:n] == ids[k:n] and trained[-1] == tokenizer.eos_token_id
+        assert any(ids[:k] == p[-k:] for p in candidates) and n == max_len  # its prompt's end, cut from the left
+        assert all(lab == -100 for lab in labels[n:])  # padding
+
+
+def test_sft_lowers_the_loss_and_saves_a_loadable_model(mock_samples, tokenizer, tmp_path):
+    agent, _ = mock_samples
+    samples = [next(s for s in agent if "<tool_call>" in s.completion),
+               next(s for s in agent if "<tool_call>" not in s.completion)]
+    out = tmp_path / "sft"
+    cfg = SFTConfig(output_dir=str(out), lora=True, lora_r=8, lora_alpha=16, lr=2e-3, lr_scheduler="constant",
+                    max_steps=5, batch_size=2, max_seq_len=96, seed=0)
+    m = run_sft(samples, cfg)
+    losses = [loss for _, loss in m["loss_curve"]]
+    print("sft losses", [round(x, 3) for x in losses], "wall", m["wall_time_s"], "s")
+    assert [s for s, _ in m["loss_curve"]] == [1, 2, 3, 4, 5] and m["steps"] == 5
+    assert losses[-1] < 0.5 * losses[0]
+    n_completion = sum(len(_ids(tokenizer, s.completion)) for s in samples)
+    assert m["tokens_trained"] == 5 * n_completion and m["tokens_seen"] == 5 * 2 * 96
+    assert json.loads((out / "loss_curve.json").read_text()) == [list(p) for p in m["loss_curve"]]
+    assert not (out / "adapter_config.json").exists()  # merged: a plain HF folder
+    backend = HFBackend(str(out))
+    conv = samples[1].messages[:-1]
+    (c,), = backend.generate_batch([conv], samples[1].tools, SamplingParams(temperature=0, max_new_tokens=8))
+    assert c.completion_tokens > 0 and backend.render(conv, samples[1].tools) == samples[1].prompt
+
+
+def test_bad_input_is_refused_clearly(tmp_path, mock_samples):
+    with pytest.raises(ValueError, match="no SFT samples"):
+        run_sft([], SFTConfig(output_dir=str(tmp_path / "x")))
+    with pytest.raises(ValueError, match="no SFT samples"):
+        load_sft_dataset([])
+    path = tmp_path / "bad.jsonl"
+    good = mock_samples[0][0].model_dump_json()
+    path.write_text(good + "\n" + '{"prompt": "x", "completion": \n' + good + "\n")
+    with pytest.raises(BadLine, match=r"bad.jsonl:2: not JSON"):
+        run_sft(str(path), SFTConfig(output_dir=str(tmp_path / "y")))
+    path.write_text(good + "\n\n" + json.dumps({"role": "agent", "prompt": "x"}) + "\n")
+    with pytest.raises(BadLine, match=r"bad.jsonl:3: not an SFT sample: field 'completion'"):
+        load_sft_dataset(path)
+    trajs = tmp_path / "trajs.jsonl"
+    trajs.write_text(Trajectory(task_id="t").model_dump_json() + "\n[1, 2]\n")
+    with pytest.raises(BadLine, match=r"trajs.jsonl:2: not a kit Trajectory"):
+        read_trajectories(trajs)
