@@ -72,9 +72,9 @@ def test_state_view_holds_touched_records_and_changes():
     gold = gold_trajectory(dom, task)
     final = dom.fork(task, history=gold.messages)
     view = state_view(final, dom.gold_state(task))
-    assert view["changed"] and all(side in ("agent", "user") for side, _, _ in view["changed"])
-    side, table, key = view["changed"][0]
-    assert key in view[side][table]
+    assert view["changed"] and all(c[0] in ("agent", "user") for c in view["changed"])
+    side, table, key, fields = view["changed"][0]
+    assert key in view[side][table] and fields and set(fields) <= set(view[side][table][key])
     assert judge(dom, CheckedTask(task=task), gold).reward == 1.0
 
 

@@ -17,11 +17,21 @@ from kit.llm import ensure_embedded_model
 from kit.llm.hf import HFBackend
 from kit.llm.types import SamplingParams
 from kit.replay import gold_trajectory
-from kit.rollout.prompts import FIRST_AGENT_MESSAGE, agent_system_prompt, user_system_prompt
+from kit.rollout.prompts import (
+    FIRST_AGENT_MESSAGE,
+    agent_system_prompt,
+    user_system_prompt,
+)
 from kit.train.sequences import RecordingHFBackend, message_signature, trajectory_rows
 from kit.train.sft import SFTConfig, prepare_sft, run_sft
 from kit.train.sft_data import (
-    AGENT_FILE, USER_FILE, build_sft_samples, load_sft_dataset, read_samples, read_trajectories, write_sft_jsonl,
+    AGENT_FILE,
+    USER_FILE,
+    build_sft_samples,
+    load_sft_dataset,
+    read_samples,
+    read_trajectories,
+    write_sft_jsonl,
 )
 from kit.trajectory import BadLine, Message, ToolCall, Trajectory
 

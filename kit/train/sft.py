@@ -39,7 +39,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -48,7 +48,7 @@ ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "d
 class SFTConfig:
     """One SFT run. Defaults suit a small dense model; the paper publishes no SFT hyperparameters."""
 
-    model_path: Optional[str] = None
+    model_path: str | None = None
     """HF model folder to start from; None = the embedded SmolLM2-135M-Instruct (kit.llm)."""
     output_dir: str = "runs/sft"
     """Where the final HF folder (merged weights + tokenizer), loss_curve.json and sft_metrics.json go."""
@@ -60,7 +60,7 @@ class SFTConfig:
     """LoRA scaling numerator (the update is scaled by alpha / r)."""
     lora_dropout: float = 0.0
     """Dropout on the LoRA branch."""
-    lora_target_modules: Union[str, list[str]] = "all-linear"
+    lora_target_modules: str | list[str] = "all-linear"
     """Modules that get adapters: a list of names, or "all-linear" (every linear layer but the head)."""
     lr: float = 2e-5
     """Peak learning rate (AdamW). Full fine-tuning ~1e-5..2e-5; LoRA usually wants ~1e-4..2e-4."""
@@ -88,9 +88,9 @@ class SFTConfig:
     """Log the training loss every this many optimizer steps (the loss curve's resolution)."""
     report_to: str = "none"
     """"none" or "wandb" (offline unless WANDB_MODE says otherwise)."""
-    run_name: Optional[str] = None
+    run_name: str | None = None
     """Name of the W&B run."""
-    use_unsloth: Union[bool, str] = "auto"
+    use_unsloth: bool | str = "auto"
     """"auto": Unsloth when CUDA and the package are there; True: require it; False: never."""
 
 
@@ -113,7 +113,7 @@ def _pairs(source: Any) -> list[tuple[str, str]]:
         elif isinstance(s, dict) and isinstance(s.get("prompt"), str) and isinstance(s.get("completion"), str):
             pairs.append((s["prompt"], s["completion"]))
         else:
-            raise ValueError(f"SFT sample {k}{where} has no string 'prompt' and 'completion'")
+            raise ValueError(f"SFT sample {k}{where} has no string 'prompt' and 'completion'")  # noqa: TRY004
     if not pairs:
         raise ValueError(f"no SFT samples{where}: nothing to train on")
     return pairs
@@ -276,7 +276,7 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig) -> tuple[Any, dict]:
     return trainer, counts
 
 
-def save_merged(trainer: Any, output_dir: Union[str, Path], unsloth: bool = False) -> Path:
+def save_merged(trainer: Any, output_dir: str | Path, unsloth: bool = False) -> Path:
     """Write a plain HF folder: LoRA adapters merged into the weights, tokenizer beside them."""
     out = Path(output_dir)
     model, tokenizer = trainer.model, trainer.processing_class
@@ -291,7 +291,7 @@ def save_merged(trainer: Any, output_dir: Union[str, Path], unsloth: bool = Fals
     return out
 
 
-def run_sft(samples_or_path: Any, config: Optional[SFTConfig] = None) -> dict:
+def run_sft(samples_or_path: Any, config: SFTConfig | None = None) -> dict:
     """Train on SFT samples (a JSONL path, SFTSamples, dicts with prompt/completion, or a Dataset).
 
     Returns metrics: loss_curve [(step, loss)], first_loss, final_loss, steps, wall_time_s,

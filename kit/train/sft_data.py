@@ -28,13 +28,18 @@ Each sample also carries `messages` (the role's OpenAI chat list ending with the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from kit.llm.prompting import render_prompt, resolve_tool_mode
-from kit.rollout.prompts import FIRST_AGENT_MESSAGE, agent_system_prompt, user_system_prompt
+from kit.rollout.prompts import (
+    FIRST_AGENT_MESSAGE,
+    agent_system_prompt,
+    user_system_prompt,
+)
 from kit.rollout.views import agent_view, user_view
 from kit.trajectory import BadLine, Message, Trajectory
 
@@ -49,20 +54,20 @@ class SFTSample(BaseModel):
     prompt: str  # the exact text the role's model was (or would be) sampled from
     completion: str  # the turn as the model emits it, ending with the end-of-turn token
     messages: list[dict]  # OpenAI chat list: the role's view, ending with the target turn
-    tools: Optional[list[dict]] = None  # the role's tool schemas (OpenAI format)
-    domain: Optional[str] = None
+    tools: list[dict] | None = None  # the role's tool schemas (OpenAI format)
+    domain: str | None = None
     task_id: str
     trajectory_id: str
     turn: int  # 0-based index of this turn among the role's trained turns in the trajectory
     message_index: int  # index of the target message in trajectory.messages
-    reward: Optional[float] = None
+    reward: float | None = None
     meta: dict = Field(default_factory=dict)
 
 
 # ----- reading trajectories ----------------------------------------------------------------------
 
 
-def read_trajectories(path: Union[str, Path]) -> list[Trajectory]:
+def read_trajectories(path: str | Path) -> list[Trajectory]:
     """Every Trajectory in a JSONL file; a bad line raises `BadLine` naming the file and line."""
     out = []
     with open(path, encoding="utf-8") as f:
@@ -71,12 +76,12 @@ def read_trajectories(path: Union[str, Path]) -> list[Trajectory]:
                 continue
             try:
                 out.append(Trajectory.model_validate_json(line))
-            except Exception as e:  # JSON or pydantic error: say where, keep the first reason short
+            except ValueError as e:  # pydantic ValidationError (bad JSON too): say where, briefly
                 raise BadLine(str(path), lineno, f"not a kit Trajectory: {str(e).splitlines()[0]}") from None
     return out
 
 
-def _trajectories(source: Union[str, Path, Iterable[Trajectory]]) -> list[Trajectory]:
+def _trajectories(source: str | Path | Iterable[Trajectory]) -> list[Trajectory]:
     if isinstance(source, (str, Path)):
         return read_trajectories(source)
     return [t if isinstance(t, Trajectory) else Trajectory.model_validate(t) for t in source]
@@ -99,10 +104,10 @@ class _Renderer:
         if not self.eot:
             raise ValueError("the tokenizer has no eos_token: cannot mark where a turn ends")
 
-    def prompt(self, view: list[dict], tools: Optional[list[dict]]) -> str:
+    def prompt(self, view: list[dict], tools: list[dict] | None) -> str:
         return render_prompt(self.tokenizer, view, tools, self.tool_mode)
 
-    def completion(self, view: list[dict], target: dict, tools: Optional[list[dict]], prompt: str) -> str:
+    def completion(self, view: list[dict], target: dict, tools: list[dict] | None, prompt: str) -> str:
         full = render_prompt(self.tokenizer, view + [target], tools, self.tool_mode, add_generation_prompt=False)
         if not full.startswith(prompt):
             raise ValueError(
@@ -122,7 +127,7 @@ def _errored_calls(traj: Trajectory) -> set[str]:
     return {m.tool_call_id for m in traj.messages if m.role == "tool" and m.error and m.tool_call_id}
 
 
-def _target(m: Message, role: SFTRole) -> Optional[dict]:
+def _target(m: Message, role: SFTRole) -> dict | None:
     """The message as the role's own view shows it (assistant side), or None if it shows nothing."""
     view = agent_view([m], "") if role == "agent" else user_view([m], "")
     return view[1] if len(view) == 2 and view[1]["role"] == "assistant" else None
@@ -133,8 +138,8 @@ def trajectory_samples(
     role: SFTRole,
     renderer: _Renderer,
     system: str,
-    tools: Optional[list[dict]],
-    reward: Optional[float] = None,
+    tools: list[dict] | None,
+    reward: float | None = None,
     skip_parse_errors: bool = True,
     skip_tool_errors: bool = True,
 ) -> list[SFTSample]:
@@ -175,13 +180,13 @@ def trajectory_samples(
 
 
 def build_sft_samples(
-    trajectories: Union[str, Path, Iterable[Trajectory]],
+    trajectories: str | Path | Iterable[Trajectory],
     domain: Any,
     tokenizer: Any,
-    tasks: Optional[Iterable[Any]] = None,
-    rewards: Optional[dict[str, float]] = None,
+    tasks: Iterable[Any] | None = None,
+    rewards: dict[str, float] | None = None,
     tool_mode: str = "auto",
-    templates_dir: Optional[Path] = None,
+    templates_dir: Path | None = None,
     skip_parse_errors: bool = True,
     skip_tool_errors: bool = True,
 ) -> tuple[list[SFTSample], list[SFTSample]]:
@@ -235,22 +240,21 @@ def gold_sft_samples(domain: Any, tasks: Iterable[Any], tokenizer: Any, **kw: An
 # ----- files and datasets ------------------------------------------------------------------------
 
 
-def write_samples(samples: Iterable[SFTSample], path: Union[str, Path]) -> Path:
+def write_samples(samples: Iterable[SFTSample], path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
-        for s in samples:
-            f.write(s.model_dump_json() + "\n")
+        f.writelines(s.model_dump_json() + "\n" for s in samples)
     return path
 
 
-def write_sft_jsonl(out_dir: Union[str, Path], agent: Iterable[SFTSample], user: Iterable[SFTSample]) -> dict[str, Path]:
+def write_sft_jsonl(out_dir: str | Path, agent: Iterable[SFTSample], user: Iterable[SFTSample]) -> dict[str, Path]:
     """out_dir/sft_agent.jsonl and out_dir/sft_user.jsonl, one SFTSample per line."""
     out_dir = Path(out_dir)
     return {"agent": write_samples(agent, out_dir / AGENT_FILE), "user": write_samples(user, out_dir / USER_FILE)}
 
 
-def read_samples(path: Union[str, Path]) -> list[SFTSample]:
+def read_samples(path: str | Path) -> list[SFTSample]:
     """Every SFTSample of a JSONL file; a bad line raises `BadLine` naming the file and line."""
     out = []
     with open(path, encoding="utf-8") as f:
@@ -263,7 +267,7 @@ def read_samples(path: Union[str, Path]) -> list[SFTSample]:
                 raise BadLine(str(path), lineno, f"not JSON ({e.msg} at column {e.colno})") from None
             try:
                 out.append(SFTSample.model_validate(data))
-            except Exception as e:  # pydantic: name the first bad field
+            except ValueError as e:  # pydantic ValidationError: name the first bad field
                 first = getattr(e, "errors", lambda: [{}])()[:1] or [{}]
                 where = ".".join(str(p) for p in first[0].get("loc", ()))
                 raise BadLine(str(path), lineno, f"not an SFT sample: field '{where}': {first[0].get('msg', e)}") from None
