@@ -172,7 +172,8 @@ def _cmd_checker_mutate(args: argparse.Namespace) -> int:
             print("  slipped:", ex)
         print(f"mutation {args.domain}{' +state-code' if args.state_code else ''}: {s['tasks']} tasks, "
               f"{s['mutants']} mutants, {s['must_reject']} must be rejected, {s['rejected_must']} rejected, "
-              f"{s['slipped']} slipped")
+              f"{s['slipped']} slipped ({s['slipped_state_differs']} with a different final state, "
+              f"{s['slipped_action_only']} only missing a required non-read action)")
         return 0
     if not args.task_id:
         raise SystemExit("kit checker mutate: give --task-id ID or --all")

@@ -88,7 +88,8 @@ def domain_mutation_summary(domain: Domain, tasks: Optional[list] = None, code_f
 
     tasks = tasks if tasks is not None else domain.tasks()
     out = {"domain": domain.name, "tasks": 0, "mutants": 0, "must_reject": 0, "rejected_must": 0,
-           "slipped": 0, "gold_failed": [], "slipped_examples": []}
+           "slipped": 0, "slipped_state_differs": 0, "slipped_action_only": 0, "gold_failed": [],
+           "slipped_examples": []}
     for task in tasks:
         code = code_for(domain, task) if code_for is not None else None
         rep = mutation_test(domain, CheckedTask(task=task, checker=Checker(code=code)), sandbox)
@@ -97,6 +98,8 @@ def domain_mutation_summary(domain: Domain, tasks: Optional[list] = None, code_f
         out["must_reject"] += rep.must_reject
         out["rejected_must"] += sum(r.rejected for r in rep.results if r.must_reject)
         out["slipped"] += len(rep.slipped)
+        out["slipped_state_differs"] += sum("state_differs" in r.why for r in rep.slipped)
+        out["slipped_action_only"] += sum(r.why == ["action_missing"] for r in rep.slipped)
         if not rep.gold_passed:
             out["gold_failed"].append(task.id)
         out["slipped_examples"] += [f"{task.id}: {s.kind} ({s.detail}; {','.join(s.why)})" for s in rep.slipped[:2]]
