@@ -42,7 +42,8 @@ def check(state, trajectory):
         records = state[side][table]
         got = records.get(key) if key != "None" else records
         for name, value in fields.items():
-            if got is None or got.get(name) != value:
+            current = got if name == "" else (got.get(name) if isinstance(got, dict) else None)
+            if current != value:
                 return {"passed": False, "wrong_value": [side, table, key, name]}
     return True
 '''
@@ -63,7 +64,8 @@ def state_checker_source(domain: Domain, task) -> str:
     expected = []  # only the fields the gold changed, with their gold values: compact
     for side, table, key, fields in view["changed"]:
         record = view[side][table].get(str(key)) if key is not None else view[side][table]
-        expected.append([str(side), str(table), str(key), {f: (record or {}).get(f) for f in fields}])
+        values = {f: record if f == "" else (record.get(f) if isinstance(record, dict) else None) for f in fields}
+        expected.append([str(side), str(table), str(key), values])
     required = []
     for a in (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []:
         if domain.is_write_tool(a.name, a.requestor):
