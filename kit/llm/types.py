@@ -13,6 +13,7 @@ so a rollout can show the model an error observation and go on.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import concurrent.futures
 import json
@@ -102,11 +103,12 @@ def normalize_tools(tools: list[ToolSchema] | None) -> list[ToolSchema]:
     return out
 
 
-class Backend:
-    """Base class: subclasses implement `generate_batch`; `chat` is one conversation of it."""
+class Backend(abc.ABC):
+    """Abstract base: subclasses implement `generate_batch`; `chat` is one conversation of it."""
 
     tool_mode: ToolMode = "auto"
 
+    @abc.abstractmethod
     def generate_batch(
         self,
         conversations: list[list[Message]],
@@ -114,7 +116,6 @@ class Backend:
         params: SamplingParams | dict | None = None,
     ) -> list[list[Completion]]:
         """For each conversation, `params.n` completions. `tools` is shared by all of them."""
-        raise NotImplementedError
 
     def chat(
         self,
