@@ -1,0 +1,41 @@
+"""The engine's settings: one pydantic model, so a bad field is named before anything runs."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EngineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    domain: str = Field(description="tau2 domain (mock, airline, retail, telecom) or a registered kit domain.")
+    out_dir: str = Field(description="Run folder; rerunning with the same folder resumes.")
+    rounds: int = Field(default=3, ge=1, description="K rounds of synthesis → rollouts → reflection.")
+    num_plans: int = Field(default=4, ge=1, description="Plan pairs per round (the paper's ablation: 4 vs 64).")
+    tasks_per_plan: int = Field(default=2, ge=1, description="Task proposals per plan per round.")
+    group_size: int = Field(default=2, ge=0, description="G rollouts per accepted task (0: no rollouts).")
+    validation: bool = Field(default=True, description="off = no task checks and no trajectory filtering.")
+    evolution: bool = Field(default=True, description="off = plans stay as the meta-planner wrote them.")
+    llm_judge: bool = Field(default=True, description="The validator's model judgment after the executable checks.")
+    model: Any = Field(default="embedded", description="Backend spec of the engine's roles (kit.llm.make_backend).")
+    agent_model: Any = Field(default=None, description="Assistant in rollouts (default: model).")
+    user_model: Any = Field(default=None, description="User simulator in rollouts (default: model).")
+    sft_tokenizer: Optional[str] = Field(default=None, description="HF folder whose chat template renders SFT "
+                                         "samples (default: the agent model's; needed for endpoints).")
+    seed: int = 0
+    max_steps: int = Field(default=10, ge=2, description="Messages per rollout episode.")
+    max_new_tokens: int = Field(default=96, ge=8, description="Per agent/user turn in rollouts.")
+    temperature: float = Field(default=0.8, ge=0.0, description="Rollout sampling temperature (agent and user).")
+    explore_steps: int = Field(default=2, ge=0, description="Read calls the synthesizer makes before proposing.")
+    max_repairs: int = Field(default=2, ge=0, description="Re-choices of a gold write that errors or changes nothing.")
+    repair_scenario: bool = Field(default=True, description="Append known facts the model's prose dropped.")
+    gold_dialogues: bool = Field(default=True, description="Also write each accepted task's gold-replay dialogue "
+                                 "to sft_agent.jsonl (meta.source = 'replay').")
+    choice_temperature: float = Field(default=1.0, ge=0.0, description="Softmax temperature of constrained choices.")
+    max_similarity: float = Field(default=0.75, gt=0.0, le=1.0, description="Near-duplicate plan threshold.")
+    templates_dir: Optional[str] = Field(default=None, description="Another set of engine prompt templates.")
+    wandb: bool = Field(default=True, description="Log round metrics to W&B (offline unless WANDB_MODE says otherwise).")
+    wandb_group: Optional[str] = None
+    wandb_project: str = "kit"

@@ -1,0 +1,175 @@
+"""Plan pairs and the meta-planner.
+
+A plan pair is (synthesis plan, evaluation plan) over one *slice* of the domain:
+
+  intent     lookup (read tools only, the agent must tell a fact) | change (one write)
+             | multi_change (two writes)
+  tools      the tool pattern: which agent tools the gold actions use, in order
+  persona    who the simulated user is
+  edge       how the dialogue is harder than a plain request (facts only on request,
+             two requests in one call, ...)
+
+The meta-planner asks the model to pick each slice dimension among the options the domain
+offers (constrained choices, kit/engine/choice.py), preferring slices not yet planned, then
+to write both plans as prose. A plan whose similarity to an earlier one this round exceeds
+`max_similarity` is rejected (similarity = 0.6 · Jaccard of slice features + 0.4 · Jaccard of
+word 3-gram shingles of the plan text); `diversity` = 1 − mean pairwise similarity.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from kit.engine.choice import Chooser
+from kit.engine.prompts import Prompts
+from kit.envs.domain import Domain
+
+PERSONAS = [
+    "a busy professional who writes short, direct messages",
+    "a polite retiree who explains things at length",
+    "a first-time customer who is unsure of the terms",
+    "an impatient customer who wants it done quickly",
+    "a careful customer who double-checks every detail",
+    "a friendly customer who chats a little before asking",
+]
+EDGES = [
+    "none: the customer states the whole request at once",
+    "facts_on_request: the customer gives ids and values only when the agent asks",
+    "vague_start: the customer starts vaguely and clarifies when asked",
+]
+GENERIC_TOOLS = {"transfer_to_human_agents", "calculate", "think"}
+
+
+@dataclass
+class Slice:
+    intent: str
+    tools: list[str]
+    persona: str
+    edge: str
+
+    def features(self) -> set[str]:
+        return {f"intent:{self.intent}", f"edge:{self.edge.split(':')[0]}", f"persona:{self.persona}",
+                *(f"tool:{t}" for t in self.tools), "pattern:" + ">".join(self.tools)}
+
+    def describe(self) -> str:
+        return (f"intent {self.intent}; tools {' then '.join(self.tools)}; user persona: {self.persona}; "
+                f"dialogue edge: {self.edge}")
+
+
+@dataclass
+class PlanPair:
+    id: str
+    slice: Slice
+    synthesis: str
+    evaluation: str
+    hints: list[str] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)  # one entry per reflection
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PlanPair":
+        d = dict(d)
+        d["slice"] = Slice(**d["slice"])
+        return cls(**d)
+
+
+def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tuple[str, list[str]]]:
+    """(intent, tools) pairs the domain supports: every read tool alone, every write tool
+    alone, and up to `max_pairs` ordered pairs of write tools."""
+    names = [n for n in domain.tool_names("assistant") if n not in GENERIC_TOOLS]
+    reads = [n for n in names if domain.tool_kind(n) == "read"]
+    writes = [n for n in names if domain.tool_kind(n) == "write"]
+    out = [("change", [w]) for w in writes] + [("lookup", [r]) for r in reads]
+    pairs = list(itertools.permutations(writes, 2)) + [(w, w) for w in writes]
+    random.Random(seed).shuffle(pairs)
+    out += [("multi_change", list(p)) for p in pairs[:max_pairs]]
+    return out
+
+
+def _shingles(text: str, n: int = 3) -> set[str]:
+    words = re.findall(r"[a-z0-9_]+", text.lower())
+    return {" ".join(words[i:i + n]) for i in range(max(1, len(words) - n + 1))} if words else set()
+
+
+def _jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def similarity(a: PlanPair, b: PlanPair) -> float:
+    feat = _jaccard(a.slice.features(), b.slice.features())
+    text = _jaccard(_shingles(a.synthesis + " " + a.evaluation), _shingles(b.synthesis + " " + b.evaluation))
+    return 0.6 * feat + 0.4 * text
+
+
+def diversity(plans: list[PlanPair]) -> float:
+    pairs = list(itertools.combinations(plans, 2))
+    if not pairs:
+        return 0.0
+    return 1.0 - sum(similarity(a, b) for a, b in pairs) / len(pairs)
+
+
+def write_plan_texts(chooser: Chooser, prompts: Prompts, sl: Slice) -> tuple[str, str]:
+    synthesis = chooser.write(prompts.render("plan_synthesis", slice=sl.describe()), 60, what="plan synthesis")
+    if not synthesis:
+        synthesis = f"Tasks where the customer needs: {sl.describe()}."
+    evaluation = chooser.write(prompts.render("plan_evaluation", synthesis=synthesis), 48, what="plan evaluation")
+    if not evaluation:
+        evaluation = "The task is solvable with the listed tools and states every value the agent needs."
+    return synthesis, evaluation
+
+
+def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_similarity: float = 0.75,
+              seed: int = 0, max_tries: Optional[int] = None) -> tuple[list[PlanPair], dict]:
+    """N plan pairs for the domain; returns (plans, stats with rejected near-duplicates)."""
+    patterns = tool_patterns(domain, seed=seed)
+    if not patterns:
+        raise ValueError(f"domain {domain.name!r} has no read or write tools for the meta-planner to plan over")
+    tools_line = ", ".join(n for n in domain.tool_names("assistant") if n not in GENERIC_TOOLS)
+    plans: list[PlanPair] = []
+    rejected = 0
+    tries = 0
+    used_patterns: dict[str, int] = {}
+    while len(plans) < n and tries < (max_tries or 4 * n):
+        tries += 1
+        existing = "\n".join(f"- {p.slice.describe()}" for p in plans) or "- none yet"
+        base = dict(domain=domain.name, tools=tools_line, existing=existing)
+        # fewest-used patterns first: the model chooses among the least covered slices
+        least = min(used_patterns.get(">".join(t), 0) for _, t in patterns)
+        fresh = [p for p in patterns if used_patterns.get(">".join(p[1]), 0) == least]
+        pi = chooser.choose(prompts.render("meta_planner", **base, slice="the tool pattern"),
+                            [f"{i}: {' then '.join(t)}" for i, t in fresh], what="plan tools")
+        intent, tools = fresh[pi]
+        persona = PERSONAS[chooser.choose(prompts.render("meta_planner", **base, slice="the customer persona"),
+                                          PERSONAS, what="plan persona")]
+        edge = EDGES[chooser.choose(prompts.render("meta_planner", **base, slice="the dialogue edge"),
+                                    EDGES, what="plan edge")]
+        sl = Slice(intent=intent, tools=list(tools), persona=persona, edge=edge)
+        synthesis, evaluation = write_plan_texts(chooser, prompts, sl)
+        cand = PlanPair(id=f"plan{len(plans)}", slice=sl, synthesis=synthesis, evaluation=evaluation)
+        if any(similarity(cand, p) > max_similarity for p in plans):
+            rejected += 1
+            continue
+        used_patterns[">".join(tools)] = used_patterns.get(">".join(tools), 0) + 1
+        plans.append(cand)
+    if len(plans) < n:
+        raise RuntimeError(f"meta-planner produced {len(plans)}/{n} distinct plans in {tries} tries "
+                           f"(max_similarity={max_similarity}); raise max_similarity or lower num_plans")
+    return plans, {"plans_proposed": tries, "plans_rejected_similar": rejected, "diversity": diversity(plans)}
+
+
+def save_plans(path, plans: list[PlanPair]) -> None:
+    from kit.engine.store import atomic_write
+
+    atomic_write(path, json.dumps([p.to_dict() for p in plans], indent=1, ensure_ascii=False))
+
+
+def load_plans(path) -> list[PlanPair]:
+    with open(path, encoding="utf-8") as f:
+        return [PlanPair.from_dict(d) for d in json.load(f)]

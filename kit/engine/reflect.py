@@ -1,0 +1,103 @@
+"""The reflector: after a round, rewrite each plan from what went wrong with it.
+
+Per plan it sees the round's numbers (proposals, acceptances), the rejection reasons, the
+failure attributions of the rollouts (task / agent / user, kit/checkers/attribution.py)
+and a few examples. It picks one edit among those the evidence allows (a constrained
+choice), then rewrites the plan prose with that edit:
+
+  keep                  nothing to fix
+  simplify              multi_change → one write (when writes fail or episodes fail)
+  harder                one write → two writes (when everything passed: the tasks are easy)
+  switch:<pattern>      another tool pattern of the domain (when this one keeps failing)
+  persona:<persona>     another simulated user (when user-attributed failures dominate)
+  hint:<text>           a line added to the synthesizer prompts of this plan — the way
+                        reflection adjusts the prompts (e.g. "state every id exactly")
+
+Every decision lands in the plan's `history`, and plans/round_<k>.json keeps each round.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from kit.engine.choice import Chooser
+from kit.engine.plans import PERSONAS, PlanPair, Slice, tool_patterns, write_plan_texts
+from kit.engine.prompts import Prompts
+from kit.envs.domain import Domain
+
+HINTS = {
+    "grounded_args": "Mention every id and value the agent will need, exactly as written in the database.",
+    "write_failed": "Pick records and values that the tool accepts; prefer values you saw in the database.",
+    "empty_value": "Always write a short, concrete value (a few words).",
+    "llm_judge": "Keep the request realistic and clearly tied to the plan.",
+    "user": "The customer only states facts from their instructions and stops only when the request is done.",
+}
+
+
+def _edits(domain: Domain, plan: PlanPair, stats: dict) -> list[str]:
+    sl = plan.slice
+    rejections: Counter = stats["rejections"]
+    failures: Counter = stats["failures"]
+    edits = ["keep"]
+    if sl.intent == "multi_change" and (stats["accepted"] < stats["proposals"] or failures):
+        edits.append("simplify")
+    if sl.intent == "change" and stats["accepted"] == stats["proposals"] and not failures:
+        edits.append("harder")
+    if stats["accepted"] < stats["proposals"]:
+        current = ">".join(sl.tools)
+        for intent, tools in tool_patterns(domain):
+            if ">".join(tools) != current and len(edits) < 8:
+                edits.append("switch:" + ">".join(tools))
+    if failures.get("user"):
+        edits += [f"persona:{p}" for p in PERSONAS if p != sl.persona][:2]
+    for key, hint in HINTS.items():
+        if (rejections.get(key) or failures.get(key)) and hint not in plan.hints:
+            edits.append("hint:" + hint)
+    return edits
+
+
+def _apply(domain: Domain, plan: PlanPair, edit: str) -> Slice:
+    sl = Slice(**vars(plan.slice))
+    sl.tools = list(sl.tools)
+    if edit == "simplify":
+        sl.intent, sl.tools = "change", sl.tools[:1]
+    elif edit == "harder":
+        sl.intent, sl.tools = "multi_change", sl.tools + sl.tools[:1]
+    elif edit.startswith("switch:"):
+        tools = edit.split(":", 1)[1].split(">")
+        sl.tools = tools
+        sl.intent = dict((">".join(t), i) for i, t in tool_patterns(domain)).get(">".join(tools), sl.intent)
+    elif edit.startswith("persona:"):
+        sl.persona = edit.split(":", 1)[1]
+    return sl
+
+
+def reflect(domain: Domain, plans: list[PlanPair], stats_by_plan: dict[str, dict], examples: dict[str, list[str]],
+            chooser: Chooser, prompts: Prompts, round_idx: int) -> list[PlanPair]:
+    out = []
+    for plan in plans:
+        st = stats_by_plan.get(plan.id) or {"proposals": 0, "accepted": 0, "rejections": Counter(),
+                                             "failures": Counter()}
+        edits = _edits(domain, plan, st)
+        msgs = prompts.render(
+            "reflector", domain=domain.name, synthesis=plan.synthesis, slice=plan.slice.describe(),
+            proposals=st["proposals"], accepted=st["accepted"],
+            rejections=json.dumps(dict(st["rejections"])) or "none",
+            failures=json.dumps(dict(st["failures"])) or "none",
+            examples=" | ".join(examples.get(plan.id, [])[:2])[:500] or "none")
+        edit = edits[chooser.choose(msgs, edits, what=f"reflect {plan.id}")]
+        new = PlanPair(id=plan.id, slice=_apply(domain, plan, edit), synthesis=plan.synthesis,
+                       evaluation=plan.evaluation, hints=list(plan.hints), history=list(plan.history))
+        if edit.startswith("hint:"):
+            new.hints.append(edit.split(":", 1)[1])
+        if edit != "keep" and not edit.startswith("hint:"):
+            rewritten = chooser.write(prompts.render("reflector_rewrite", synthesis=plan.synthesis,
+                                                     edit=f"{edit}; new slice: {new.slice.describe()}"),
+                                      60, what=f"rewrite {plan.id}")
+            new.synthesis = rewritten or f"Tasks where the customer needs: {new.slice.describe()}."
+        new.history.append({"round": round_idx, "edit": edit, "options": len(edits),
+                            "proposals": st["proposals"], "accepted": st["accepted"],
+                            "rejections": dict(st["rejections"]), "failures": dict(st["failures"])})
+        out.append(new)
+    return out

@@ -1,0 +1,410 @@
+"""The task synthesizer: explore a fork with read tools, pick gold actions, run them, write
+the user's scenario, and package a tau2 `Task`.
+
+One proposal, step by step (every decision is the model's, among options the environment
+offers, see kit/engine/choice.py):
+
+  1. explore   a few read calls in a forked environment; the model picks each call among
+               the read tools and argument values seen so far (the pool starts from a sample
+               of record keys, as a support agent starts from a customer's id). Every value in
+               every result goes into the pool with the call that revealed it.
+  2. actions   for each tool of the plan's pattern the model picks argument values: seen
+               values of a field with the argument's name, the schema's enum, or — for free
+               text such as a title — a short value it writes itself.
+  3. execute   the gold actions run in a fresh fork. A write that errors or changes nothing
+               is *repaired*: its arguments are chosen again without the values that failed
+               (at most `max_repairs` times); each repair is recorded.
+  4. scenario  the model writes why the customer calls and what the customer knows; a
+               known fact the prose dropped is appended verbatim (a recorded repair), so the
+               user simulator can state every value the agent needs. The task instructions
+               (what to ask for, the plan's dialogue edge, when to stop) are assembled from
+               the gold writes by code.
+  5. package   a tau2 Task: user scenario (persona + structured instructions), gold actions
+               (the reads whose results the writes used, then the writes), communicate_info
+               for lookups, reward basis DB (+ COMMUNICATE). The ground-truth final state is
+               the fork after the gold actions (its hash is in the proposal record).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from kit.engine.choice import Chooser, option_text
+from kit.engine.plans import GENERIC_TOOLS, PlanPair
+from kit.engine.prompts import Prompts
+from kit.envs.domain import Domain
+
+from tau2.data_model.tasks import (  # noqa: E402  (kit.envs imported tau2 offline)
+    Action, Description, EvaluationCriteria, StructuredUserInstructions, Task, UserScenario,
+)
+
+MAX_OPTIONS = 12
+
+
+@dataclass
+class Call:
+    name: str
+    arguments: dict
+    output: Any = None
+    content: str = ""
+    error: bool = False
+
+    def render(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.arguments.items())
+        return f"{self.name}({args})"
+
+
+@dataclass
+class Proposal:
+    """Everything the synthesizer did for one task attempt (written to proposals.jsonl)."""
+
+    unit: str
+    attempt: int
+    plan_id: str
+    task: Optional[Task] = None
+    explored: list[dict] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
+    failure: Optional[str] = None  # why no task could be built at all
+    gold_state_hash: Optional[str] = None
+    state_changed: Optional[bool] = None
+    decisions: list[dict] = field(default_factory=list)
+
+    def record(self) -> dict:
+        return {"unit": self.unit, "attempt": self.attempt, "plan_id": self.plan_id,
+                "task_id": self.task.id if self.task else None, "explored": self.explored,
+                "repairs": self.repairs, "failure": self.failure, "gold_state_hash": self.gold_state_hash,
+                "state_changed": self.state_changed, "decisions": self.decisions}
+
+
+# ----- the value pool ----------------------------------------------------------------------------
+
+
+def _stem(name: str) -> str:
+    s = name.lower()
+    for suf in ("_ids", "_id", "_list", "_number", "_code"):
+        if s.endswith(suf):
+            s = s[: -len(suf)]
+    if len(s) > 4 and s.endswith("s") and not s.endswith(("ss", "us")):
+        s = s[:-1]
+    return s
+
+
+class Pool:
+    """Values seen in the environment, by field name, with the read call that revealed them."""
+
+    def __init__(self):
+        self.values: dict[str, dict[str, tuple[Any, Optional[int]]]] = {}
+
+    def add(self, key: str, value: Any, source: Optional[int]) -> None:
+        if isinstance(value, bool) or value is None or (isinstance(value, str) and not value.strip()):
+            return
+        if not isinstance(value, (str, int, float)):
+            return
+        slot = self.values.setdefault(key, {})
+        rep = json.dumps(value)
+        if rep not in slot or (slot[rep][1] is None and source is not None):
+            slot[rep] = (value, source)
+
+    def walk(self, obj: Any, source: Optional[int], key: str = "", depth: int = 0) -> None:
+        if depth > 6:
+            return
+        if isinstance(obj, dict):
+            for k, v in list(obj.items())[:200]:
+                self.walk(v, source, str(k), depth + 1)
+        elif isinstance(obj, list):
+            for v in obj[:50]:
+                self.walk(v, source, key, depth + 1)
+        elif key:
+            self.add(key, obj, source)
+
+    def candidates(self, param: str) -> list[tuple[Any, Optional[int]]]:
+        exact = list(self.values.get(param, {}).values())
+        if exact:
+            return exact
+        stem = _stem(param)
+        out = []
+        for key, slot in self.values.items():
+            if _stem(key) == stem:
+                out += list(slot.values())
+        return out
+
+    def summary(self, limit: int = 8) -> str:
+        parts = []
+        for key, slot in list(self.values.items())[:limit]:
+            vals = [option_text(v) for v, _ in list(slot.values())[:3]]
+            parts.append(f"{key}: {', '.join(vals)}")
+        return "; ".join(parts) or "nothing yet"
+
+
+def seed_pool(domain: Domain, rng: random.Random, per_table: int = 4) -> Pool:
+    """Record keys of every table (a sample), as ids a customer could give."""
+    pool = Pool()
+    env = domain.fork(None)
+    db = getattr(env.env.tools, "db", None)
+    if db is None:
+        return pool
+    for tname in type(db).model_fields:
+        table = getattr(db, tname, None)
+        if not hasattr(table, "keys"):
+            continue
+        keys = list(table.keys())
+        for key in rng.sample(keys, min(per_table, len(keys))):
+            record = table[key]
+            rec = record.model_dump() if hasattr(record, "model_dump") else record
+            field_name = next((f for f, v in rec.items() if v == key), None) if isinstance(rec, dict) else None
+            pool.add(field_name or f"{tname}_key", key, None)
+    return pool
+
+
+# ----- tool schemas ------------------------------------------------------------------------------
+
+
+def _schema(domain: Domain, name: str) -> dict:
+    for s in domain.tool_schemas("assistant"):
+        if s["function"]["name"] == name:
+            return s["function"]
+    raise KeyError(f"tool {name!r} is not an agent tool of domain {domain.name!r}")
+
+
+def _params(fn: dict) -> list[tuple[str, dict, bool]]:
+    props = (fn.get("parameters") or {}).get("properties") or {}
+    req = set((fn.get("parameters") or {}).get("required") or [])
+    return [(k, v, k in req) for k, v in props.items()]
+
+
+def _parse_output(content: str) -> Any:
+    try:
+        return json.loads(content)
+    except (json.JSONDecodeError, TypeError):
+        return None
+
+
+# ----- the synthesizer ---------------------------------------------------------------------------
+
+
+class Synthesizer:
+    def __init__(self, domain: Domain, chooser: Chooser, prompts: Prompts, explore_steps: int = 2,
+                 max_repairs: int = 2, repair_scenario: bool = True):
+        self.domain = domain
+        self.chooser = chooser
+        self.prompts = prompts
+        self.explore_steps = explore_steps
+        self.max_repairs = max_repairs
+        self.repair_scenario = repair_scenario
+        names = [n for n in domain.tool_names("assistant") if n not in GENERIC_TOOLS]
+        self.reads = [n for n in names if domain.tool_kind(n) == "read"]
+
+    # 1. explore
+    def _read_options(self, pool: Pool, done: set[str], rng: random.Random, only: Optional[str] = None) -> list[Call]:
+        opts = []
+        for name in ([only] if only else self.reads):
+            params = [(p, s) for p, s, req in _params(_schema(self.domain, name)) if req]
+            choices = []
+            for p, s in params:
+                vals = [v for v, _ in pool.candidates(p)] or list(s.get("enum") or [])
+                choices.append(vals[:6])
+            for combo in __import__("itertools").product(*choices) if params else [()]:
+                call = Call(name, {p: v for (p, _), v in zip(params, combo)})
+                if call.render() not in done:
+                    opts.append(call)
+        rng.shuffle(opts)
+        return opts[:MAX_OPTIONS]
+
+    def _run_read(self, env, call: Call, pool: Pool, idx: int) -> Call:
+        obs = env.call_tool(call.name, dict(call.arguments), "assistant")
+        call.content, call.error = obs.content, bool(obs.error)
+        call.output = _parse_output(obs.content)
+        if not call.error:
+            pool.walk(call.output if call.output is not None else {}, idx)
+        return call
+
+    def explore(self, plan: PlanPair, pool: Pool, rng: random.Random) -> list[Call]:
+        env = self.domain.fork(None)
+        calls: list[Call] = []
+        done: set[str] = set()
+        for step in range(self.explore_steps):
+            opts = self._read_options(pool, done, rng)
+            if not opts:
+                break
+            msgs = self.prompts.render("synth_explore", domain=self.domain.name, synthesis=plan.synthesis,
+                                       hints=plan.hints, so_far="; ".join(c.render() for c in calls) or "none")
+            call = opts[self.chooser.choose(msgs, [c.render() for c in opts], what="explore")]
+            done.add(call.render())
+            calls.append(self._run_read(env, call, pool, len(calls)))
+        return calls
+
+    # 2. actions
+    def _choose_args(self, plan: PlanPair, tool: str, pool: Pool, rng: random.Random,
+                     banned: dict[str, set], persona: str) -> tuple[dict, dict[str, Optional[int]]]:
+        fn = _schema(self.domain, tool)
+        args: dict[str, Any] = {}
+        sources: dict[str, Optional[int]] = {}
+        for p, s, required in _params(fn):
+            desc = s.get("description") or p
+            seen = [(v, src) for v, src in pool.candidates(p) if json.dumps(v) not in banned.get(p, set())]
+            enum = [v for v in (s.get("enum") or []) if json.dumps(v) not in banned.get(p, set())]
+            options: list[tuple[Any, Optional[int]]] = [(v, None) for v in enum] if enum else seen
+            if s.get("type") == "boolean":
+                options = [(True, None), (False, None)]
+            if not required:
+                msgs = self.prompts.render("synth_argument", domain=self.domain.name, synthesis=plan.synthesis,
+                                           tool=tool, tool_description=fn.get("description", ""), seen=pool.summary(),
+                                           param=p, param_description=f"optional: {desc}")
+                if self.chooser.choose(msgs, ["leave it out", "give a value"], what=f"{tool}.{p} include") == 0:
+                    continue
+            if options:
+                rng.shuffle(options)
+                options = options[:MAX_OPTIONS]
+                msgs = self.prompts.render("synth_argument", domain=self.domain.name, synthesis=plan.synthesis,
+                                           tool=tool, tool_description=fn.get("description", ""), seen=pool.summary(),
+                                           param=p, param_description=desc)
+                v, src = options[self.chooser.choose(msgs, [option_text(v) for v, _ in options], what=f"{tool}.{p}")]
+            elif s.get("type") in ("integer", "number"):
+                v, src = [1, 2, 3][self.chooser.choose(self.prompts.render(
+                    "synth_argument", domain=self.domain.name, synthesis=plan.synthesis, tool=tool,
+                    tool_description=fn.get("description", ""), seen=pool.summary(), param=p,
+                    param_description=desc), ["1", "2", "3"], what=f"{tool}.{p}")], None
+            else:
+                v = self.chooser.write(self.prompts.render(
+                    "synth_free_value", domain=self.domain.name, tool=tool, tool_description=fn.get("description", ""),
+                    persona=persona, synthesis=plan.synthesis, param=p, param_description=desc),
+                    16, what=f"{tool}.{p} text", one_line=True)
+                src = None
+                if not v:
+                    raise _NoTask(f"empty_value: the model wrote no value for {tool}.{p}")
+            args[p] = v
+            sources[p] = src
+        return args, sources
+
+    # 3.-5.
+    def propose(self, plan: PlanPair, unit: str, attempt: int, task_id: str, seed: int) -> Proposal:
+        rng = random.Random(seed)
+        prop = Proposal(unit=unit, attempt=attempt, plan_id=plan.id)
+        log_start = len(self.chooser.log)
+        try:
+            self._propose(plan, prop, task_id, rng)
+        except _NoTask as e:
+            prop.failure = str(e)
+        prop.decisions = self.chooser.log[log_start:]
+        return prop
+
+    def _propose(self, plan: PlanPair, prop: Proposal, task_id: str, rng: random.Random) -> None:
+        pool = seed_pool(self.domain, rng)
+        explored = self.explore(plan, pool, rng)
+        prop.explored = [{"call": c.render(), "error": c.error} for c in explored]
+        sl = plan.slice
+        if sl.intent == "lookup":
+            gold, info = self._lookup(plan, pool, explored, rng)
+            facts = {k: v for k, v in gold[-1].arguments.items()}
+        else:
+            gold, facts = self._writes(plan, prop, pool, explored, rng)
+            info = None
+        env = self.domain.fork(None)
+        before = env.state_hash()
+        for c in gold:
+            obs = env.execute(c.name, dict(c.arguments), "assistant")
+            if obs.error:
+                raise _NoTask(f"gold_action_error: {c.render()}: {obs.content[:160]}")
+        prop.gold_state_hash = env.state_hash()
+        prop.state_changed = prop.gold_state_hash != before
+        scenario = self._scenario(plan, prop, gold, facts)
+        actions = [Action(action_id=f"a{i}", requestor="assistant", name=c.name, arguments=dict(c.arguments))
+                   for i, c in enumerate(gold)]
+        prop.task = Task(
+            id=task_id,
+            description=Description(purpose=plan.synthesis, notes=json.dumps(
+                {"plan": plan.id, "slice": sl.describe(), "evaluation_plan": plan.evaluation,
+                 "generator": "kit.engine.synthesize (model-chosen, constrained)"})),
+            user_scenario=scenario,
+            evaluation_criteria=EvaluationCriteria(
+                actions=actions, communicate_info=[info] if info else None,
+                reward_basis=["DB", "COMMUNICATE"] if info else ["DB"]),
+        )
+
+    def _lookup(self, plan, pool, explored, rng) -> tuple[list[Call], str]:
+        tool = plan.slice.tools[0]
+        env = self.domain.fork(None)
+        opts = self._read_options(pool, set(), rng, only=tool)
+        if not opts:
+            raise _NoTask(f"no_arguments: no values seen for the arguments of {tool}")
+        msgs = self.prompts.render("synth_explore", domain=self.domain.name, synthesis=plan.synthesis,
+                                   hints=plan.hints, so_far="; ".join(c.render() for c in explored) or "none")
+        call = self._run_read(env, opts[self.chooser.choose(msgs, [c.render() for c in opts], what="lookup call")],
+                              Pool(), 0)
+        if call.error:
+            raise _NoTask(f"gold_action_error: {call.render()}: {call.content[:160]}")
+        facts = Pool()
+        facts.walk(call.output, 0)
+        values = [(k, v) for k, slot in facts.values.items() for v, _ in slot.values()
+                  if isinstance(v, (str, int, float)) and len(str(v)) <= 60]
+        if not values:
+            raise _NoTask(f"nothing_to_tell: {call.render()} returned no scalar value")
+        rng.shuffle(values)
+        values = values[:MAX_OPTIONS]
+        msgs = self.prompts.render("synth_info", tool=call.name, output=call.content[:600])
+        k, v = values[self.chooser.choose(msgs, [f"{k}: {v}" for k, v in values], what="lookup info")]
+        return [call], str(v)
+
+    def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict]:
+        writes: list[Call] = []
+        sources: dict[int, Optional[int]] = {}
+        facts: dict[str, Any] = {}
+        for tool in plan.slice.tools:
+            banned: dict[str, set] = {}
+            for tries in range(self.max_repairs + 1):
+                args, src = self._choose_args(plan, tool, pool, rng, banned, plan.slice.persona)
+                env = self.domain.fork(None)  # replay the writes kept so far, then try this one
+                for w in writes:
+                    env.execute(w.name, dict(w.arguments), "assistant")
+                before = env.state_hash()
+                obs = env.execute(tool, dict(args), "assistant")
+                problem = (f"error: {obs.content[:120]}" if obs.error
+                           else ("no_change" if env.state_hash() == before else None))
+                if problem is None:
+                    break
+                prop.repairs.append(f"{tool}({args}) -> {problem}; chosen again")
+                for p, v in args.items():
+                    banned.setdefault(p, set()).add(json.dumps(v))
+            else:
+                raise _NoTask(f"write_failed: {tool} failed after {self.max_repairs} repairs ({problem})")
+            writes.append(Call(tool, args))
+            for p, v in args.items():
+                facts[p] = v
+                if src.get(p) is not None:
+                    sources[src[p]] = src[p]
+        reads = [explored[i] for i in sorted(sources)]
+        return [Call(c.name, dict(c.arguments)) for c in reads] + writes, facts
+
+    def _scenario(self, plan: PlanPair, prop: Proposal, gold: list[Call], facts: dict) -> UserScenario:
+        actions = "; ".join(c.render() for c in gold)
+        reason = self.chooser.write(self.prompts.render(
+            "synth_reason", persona=plan.slice.persona, synthesis=plan.synthesis, hints=plan.hints,
+            actions=actions), 64, what="reason_for_call")
+        fact_line = ", ".join(f"{k} = {option_text(v)}" for k, v in facts.items()) or "none"
+        known = self.chooser.write(self.prompts.render(
+            "synth_known_info", actions=actions, facts=fact_line, hints=plan.hints), 64, what="known_info")
+        missing = [(k, v) for k, v in facts.items() if str(v).lower() not in (reason + " " + known).lower()]
+        if missing and self.repair_scenario:
+            prop.repairs.append("known_info: appended " + ", ".join(k for k, _ in missing))
+            known = (known + " " if known else "") + " ".join(f"Your {k.replace('_', ' ')} is {option_text(v)}."
+                                                              for k, v in missing)
+        edge = plan.slice.edge.split(":", 1)[-1].strip()
+        what = "; then ".join(_plain(c) for c in gold if self.domain.tool_kind(c.name) == "write") or \
+            "tell you the information you ask about"
+        instructions = (f"Ask the agent to {what}. "
+                        f"Behave like this: {edge}. When the agent has done it, end the conversation.")
+        return UserScenario(persona=plan.slice.persona, instructions=StructuredUserInstructions(
+            domain=self.domain.name, reason_for_call=reason or plan.synthesis, known_info=known or None,
+            unknown_info=None, task_instructions=instructions))
+
+
+def _plain(c: Call) -> str:
+    args = ", ".join(f"{k.replace('_', ' ')} {option_text(v)}" for k, v in c.arguments.items())
+    return f"{c.name.replace('_', ' ')} ({args})"
+
+
+class _NoTask(Exception):
+    """The synthesizer could not build a task; the message is the structured reason."""

@@ -1,0 +1,109 @@
+"""The task validator: executable checks first, then the model's judgment.
+
+Checks, in order (every failing check becomes a structured reason `{"check", "detail"}`):
+  gold_runs        every gold action executes without error from the initial state
+  changes_state    a task with writes changes the database; a lookup has info to communicate
+  grounded_args    every argument value of every gold action is stated in the user scenario
+                   or returned by an earlier gold tool call
+  policy           coded rules of the domain (POLICY_RULES; none for a domain means none run)
+  gold_reward      the gold trajectory earns reward 1 from the kit verifier and the checker
+  checker_strength the checker (criteria + generated state code) rejects every near-miss
+                   mutant that must be rejected (kit/checkers/mutation.py)
+  llm_judge        the model, shown the evaluation plan and the task, answers yes or no
+The LLM judge runs only when every executable check passed (it is the expensive one).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Optional
+
+from kit.checkers.checker import CheckedTask, Checker, judge
+from kit.checkers.codegen import state_checker_source
+from kit.checkers.mutation import mutation_test
+from kit.engine.choice import Chooser
+from kit.engine.plans import PlanPair
+from kit.engine.prompts import Prompts
+from kit.envs.domain import Domain
+from kit.replay import gold_trajectory
+
+PolicyRule = Callable[[Domain, object], Optional[str]]
+
+
+def _no_transfer(domain: Domain, task) -> Optional[str]:
+    for a in task.evaluation_criteria.actions or []:
+        if a.name == "transfer_to_human_agents":
+            return "gold actions must not transfer to a human"
+    return None
+
+
+def _airline_cancel_rules(domain: Domain, task) -> Optional[str]:
+    """Airline policy: a reservation with a flown segment cannot be cancelled by the agent."""
+    env = domain.fork(None)
+    for a in task.evaluation_criteria.actions or []:
+        if a.name == "cancel_reservation":
+            res = env.env.tools.db.reservations.get(a.arguments.get("reservation_id"))
+            flights = getattr(res, "flights", []) if res is not None else []
+            if any(getattr(f, "status", None) == "flown" for f in flights):
+                return "airline policy: cannot cancel a reservation with a flown segment"
+    return None
+
+
+POLICY_RULES: dict[str, list[PolicyRule]] = {"*": [_no_transfer], "airline": [_airline_cancel_rules]}
+
+
+def _scenario_text(task) -> str:
+    return str(task.user_scenario).lower()
+
+
+def executable_checks(domain: Domain, task) -> list[dict]:
+    reasons: list[dict] = []
+    crit = task.evaluation_criteria
+    env = domain.fork(task)
+    before = env.state_hash()
+    said = _scenario_text(task)
+    for a in crit.actions or []:
+        for k, v in a.arguments.items():
+            if str(v).lower() not in said:
+                reasons.append({"check": "grounded_args", "detail": f"{a.name}.{k}={v!r} is neither in the scenario "
+                                "nor returned by an earlier gold call"})
+        obs = env.execute(a.name, dict(a.arguments), a.requestor)
+        if obs.error:
+            reasons.append({"check": "gold_runs", "detail": f"{a.name}: {obs.content[:160]}"})
+            return reasons
+        said += " " + obs.content.lower()
+    writes = [a for a in crit.actions or [] if domain.is_write_tool(a.name, a.requestor)]
+    if writes and env.state_hash() == before:
+        reasons.append({"check": "changes_state", "detail": "the gold writes leave the database unchanged"})
+    if not writes and not crit.communicate_info:
+        reasons.append({"check": "changes_state", "detail": "no write and nothing to communicate"})
+    for rule in POLICY_RULES.get("*", []) + POLICY_RULES.get(domain.name, []):
+        why = rule(domain, task)
+        if why:
+            reasons.append({"check": "policy", "detail": why})
+    return reasons
+
+
+def make_checker(domain: Domain, task, sandbox=None) -> tuple[CheckedTask, list[dict]]:
+    """The task's executable checker (criteria + generated state code) and its test results."""
+    rec = CheckedTask(task=task, checker=Checker(code=state_checker_source(domain, task), origin="codegen:gold_state"))
+    reasons = []
+    v = judge(domain, rec, gold_trajectory(domain, task), sandbox)
+    if v.reward != 1.0:
+        reasons.append({"check": "gold_reward", "detail": f"gold trajectory scores {v.reward}: {v.reason}"})
+        return rec, reasons
+    report = mutation_test(domain, rec, sandbox, keep_results=False)
+    rec.checker.mutation_report = {"made": report.made, "must_reject": report.must_reject,
+                                   "rejected": report.rejected, "slipped": len(report.slipped)}
+    if report.slipped:
+        reasons.append({"check": "checker_strength", "detail": f"{len(report.slipped)} near-miss mutants slipped"})
+    return rec, reasons
+
+
+def llm_judgment(chooser: Chooser, prompts: Prompts, plan: PlanPair, task) -> tuple[bool, dict]:
+    actions = "; ".join(f"{a.name}({json.dumps(a.arguments)})" for a in task.evaluation_criteria.actions or [])
+    instr = task.user_scenario.instructions
+    scenario = instr.reason_for_call if hasattr(instr, "reason_for_call") else str(instr)
+    msgs = prompts.render("validator_judge", evaluation=plan.evaluation, scenario=scenario[:400], actions=actions)
+    ok = chooser.choose(msgs, ["yes", "no"], what="validator judge") == 0
+    return ok, chooser.log[-1] if chooser.log else {}
