@@ -129,6 +129,41 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_synthesize(args: argparse.Namespace) -> int:
+    import importlib
+
+    from kit.engine import EngineConfig, run_engine
+
+    for module in args.register or []:
+        importlib.import_module(module).register()
+    cfg = EngineConfig(
+        domain=args.domain, out_dir=args.out, rounds=args.rounds, num_plans=args.plans,
+        tasks_per_plan=args.tasks_per_plan, group_size=args.group_size, validation=not args.no_validation,
+        evolution=not args.no_evolution, model=args.model, agent_model=args.agent_model, user_model=args.user_model,
+        seed=args.seed, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, wandb=not args.no_wandb)
+    res = run_engine(cfg)
+    cols = ["round", "proposals", "accepted", "acceptance_rate", "episodes", "pass_rate", "diversity"]
+    for row in res.rounds:
+        print("  ".join(f"{c}={row[c]}" for c in cols))
+    print(res.summary_line())
+    return 0
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    import importlib
+
+    from kit.engine.audit import audit_run
+
+    for module in args.register or []:
+        importlib.import_module(module).register()
+    rep = audit_run(args.run)
+    for p in rep["problems"]:
+        print("PROBLEM", p)
+    print(f"audit {rep['out_dir']}: {rep['gold_reward_1']}/{rep['tasks']} accepted tasks replay to reward 1 "
+          f"({rep['referee']} evaluator), {len(rep['problems'])} problems")
+    return 0 if not rep["problems"] else 1
+
+
 def _cmd_bench_rollout(args: argparse.Namespace) -> int:
     from kit.bench.rollout import bench_rollout
     from kit.llm import make_backend
@@ -230,6 +265,30 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--cross-check", action="store_true", help="also judge with tau2's evaluator")
     ev.add_argument("--out", default=None, help="directory for trajectories.jsonl, eval.json (resumable)")
     ev.set_defaults(fn=_cmd_eval)
+
+    sy = sub.add_parser("synthesize", help="the self-evolving data engine (resumable: rerun the same --out)")
+    sy.add_argument("--domain", required=True)
+    sy.add_argument("--out", required=True, help="run folder, e.g. runs/mock-engine")
+    sy.add_argument("--rounds", type=int, default=3)
+    sy.add_argument("--plans", type=int, default=4, help="plan pairs per round")
+    sy.add_argument("--tasks-per-plan", type=int, default=2)
+    sy.add_argument("--group-size", type=int, default=2, help="rollouts per accepted task (0: none)")
+    sy.add_argument("--no-validation", action="store_true", help="ablation: no task or trajectory validation")
+    sy.add_argument("--no-evolution", action="store_true", help="ablation: no reflection")
+    sy.add_argument("--model", default="embedded")
+    sy.add_argument("--agent-model", default=None)
+    sy.add_argument("--user-model", default=None)
+    sy.add_argument("--seed", type=int, default=0)
+    sy.add_argument("--max-steps", type=int, default=10)
+    sy.add_argument("--max-new-tokens", type=int, default=96)
+    sy.add_argument("--no-wandb", action="store_true")
+    sy.add_argument("--register", action="append", help="module whose register() adds a custom domain")
+    sy.set_defaults(fn=_cmd_synthesize)
+
+    au = sub.add_parser("audit", help="check an engine run: tasks load, gold replays earn reward 1, no duplicates")
+    au.add_argument("run")
+    au.add_argument("--register", action="append")
+    au.set_defaults(fn=_cmd_audit)
 
     ck = sub.add_parser("checker", help="sandboxed checkers and mutation testing")
     cks = ck.add_subparsers(dest="checker", required=True)

@@ -61,6 +61,23 @@ class Chooser:
             return idx
         return self._numbered(messages, options, what)
 
+    def probabilities(self, messages: list[dict], options: Sequence[str], what: str = "") -> list[float]:
+        """The model's probability of each option (softmax of the scores; no sampling).
+
+        For hf backends these are log-likelihood based; other backends have no scores, so
+        the model answers once and the answer gets probability 1."""
+        options = [str(o) for o in options]
+        self.calls += 1
+        if not self._scorable:
+            idx = self._numbered(messages, options, what)
+            return [1.0 if i == idx else 0.0 for i in range(len(options))]
+        scores = self._scores(messages, options)
+        m = max(scores)
+        w = [math.exp(s - m) for s in scores]
+        probs = [x / sum(w) for x in w]
+        self.log.append({"what": what, "options": options[:12], "probs": [round(p, 3) for p in probs[:12]]})
+        return probs
+
     def _sample(self, scores: list[float]) -> int:
         if self.temperature <= 0:
             return max(range(len(scores)), key=scores.__getitem__)
@@ -76,8 +93,10 @@ class Chooser:
         p_ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
         out = []
         with torch.inference_mode():
-            first = model(input_ids=p_ids, use_cache=True)
-            cache = first.past_key_values
+            from transformers import DynamicCache
+
+            cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+            first = model(input_ids=p_ids, cache=cache, use_cache=True)
             last_logits = first.logits[0, -1].float()
             plen = p_ids.shape[1]
             for opt in options:
@@ -87,11 +106,10 @@ class Chooser:
                     continue
                 lp = torch.log_softmax(last_logits, -1)[o_ids[0, 0]].item()
                 if o_ids.shape[1] > 1:
-                    res = model(input_ids=o_ids[:, :-1], past_key_values=cache, use_cache=True)
+                    res = model(input_ids=o_ids[:, :-1], cache=cache, use_cache=True)
                     logp = torch.log_softmax(res.logits[0].float(), -1)
                     lp += logp.gather(1, o_ids[0, 1:, None]).sum().item()
-                    cache = res.past_key_values
-                    cache.crop(plen)
+                    cache.crop(-(cache.get_seq_length() - plen))  # back to the prompt alone
                 out.append(lp / o_ids.shape[1])
         return out
 
@@ -130,9 +148,10 @@ def clean_text(text: str, one_line: bool = False) -> str:
     text = text.replace("###STOP###", "").strip()
     if one_line:
         text = next((ln for ln in text.splitlines() if ln.strip()), "")
-        text = re.sub(r"^(title|name|answer)\s*:\s*", "", text.strip(), flags=re.I)
-        text = text.strip(" \"'*`.#-")
-        return text[:80]
+        text = re.sub(r"^[\w ]{1,20}:\s*", "", text.strip())  # "Title: ..." -> "..."
+        text = re.split(r"(?<=[a-z0-9])[.!?;](\s|$)", text)[0]  # first sentence
+        text = " ".join(text.split()[:8])  # a value, not a paragraph
+        return text.strip(" \"'*`.#-,")
     text = re.sub(r"\s+", " ", text).strip(" \"'*`#")
     if len(text) > 400:
         text = text[:400]

@@ -19,6 +19,7 @@ class EngineConfig(BaseModel):
     validation: bool = Field(default=True, description="off = no task checks and no trajectory filtering.")
     evolution: bool = Field(default=True, description="off = plans stay as the meta-planner wrote them.")
     llm_judge: bool = Field(default=True, description="The validator's model judgment after the executable checks.")
+    judge_threshold: float = Field(default=0.7, ge=0.0, le=1.0, description="Reject when the judge's P(no) exceeds it.")
     model: Any = Field(default="embedded", description="Backend spec of the engine's roles (kit.llm.make_backend).")
     agent_model: Any = Field(default=None, description="Assistant in rollouts (default: model).")
     user_model: Any = Field(default=None, description="User simulator in rollouts (default: model).")

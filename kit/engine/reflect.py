@@ -8,7 +8,8 @@ choice), then rewrites the plan prose with that edit:
   keep                  nothing to fix
   simplify              multi_change → one write (when writes fail or episodes fail)
   harder                one write → two writes (when everything passed: the tasks are easy)
-  switch:<pattern>      another tool pattern of the domain (when this one keeps failing)
+  switch:<pattern>      another tool pattern of the domain, one that fared better in another
+                        plan this round, or one nobody tried yet (when this one failed)
   persona:<persona>     another simulated user (when user-attributed failures dominate)
   hint:<text>           a line added to the synthesizer prompts of this plan — the way
                         reflection adjusts the prompts (e.g. "state every id exactly")
@@ -35,7 +36,7 @@ HINTS = {
 }
 
 
-def _edits(domain: Domain, plan: PlanPair, stats: dict) -> list[str]:
+def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict) -> list[str]:
     sl = plan.slice
     rejections: Counter = stats["rejections"]
     failures: Counter = stats["failures"]
@@ -45,10 +46,21 @@ def _edits(domain: Domain, plan: PlanPair, stats: dict) -> list[str]:
     if sl.intent == "change" and stats["accepted"] == stats["proposals"] and not failures:
         edits.append("harder")
     if stats["accepted"] < stats["proposals"]:
+        # switch only to patterns the round's evidence favours (a higher acceptance rate in
+        # another plan) or that nobody tried yet (at most two of those)
         current = ">".join(sl.tools)
+        own = stats["accepted"] / max(stats["proposals"], 1)
+        untried = 0
         for intent, tools in tool_patterns(domain):
-            if ">".join(tools) != current and len(edits) < 8:
-                edits.append("switch:" + ">".join(tools))
+            key = ">".join(tools)
+            acc, n = pattern_stats.get(key, (0, 0))
+            if key == current:
+                continue
+            if n and acc / n > own:
+                edits.append("switch:" + key)
+            elif not n and untried < 2:
+                edits.append("switch:" + key)
+                untried += 1
     if failures.get("user"):
         edits += [f"persona:{p}" for p in PERSONAS if p != sl.persona][:2]
     for key, hint in HINTS.items():
@@ -74,18 +86,22 @@ def _apply(domain: Domain, plan: PlanPair, edit: str) -> Slice:
 
 
 def reflect(domain: Domain, plans: list[PlanPair], stats_by_plan: dict[str, dict], examples: dict[str, list[str]],
-            chooser: Chooser, prompts: Prompts, round_idx: int) -> list[PlanPair]:
+            chooser: Chooser, prompts: Prompts, round_idx: int,
+            pattern_stats: dict | None = None) -> list[PlanPair]:
+    """Next round's plans. `pattern_stats`: tool pattern "a>b" -> (accepted, proposals) this round."""
+    pattern_stats = pattern_stats or {}
+    evidence = "; ".join(f"{k}: {a}/{n} accepted" for k, (a, n) in sorted(pattern_stats.items())) or "none"
     out = []
     for plan in plans:
         st = stats_by_plan.get(plan.id) or {"proposals": 0, "accepted": 0, "rejections": Counter(),
                                              "failures": Counter()}
-        edits = _edits(domain, plan, st)
+        edits = _edits(domain, plan, st, pattern_stats)
         msgs = prompts.render(
             "reflector", domain=domain.name, synthesis=plan.synthesis, slice=plan.slice.describe(),
             proposals=st["proposals"], accepted=st["accepted"],
             rejections=json.dumps(dict(st["rejections"])) or "none",
             failures=json.dumps(dict(st["failures"])) or "none",
-            examples=" | ".join(examples.get(plan.id, [])[:2])[:500] or "none")
+            examples=" | ".join(examples.get(plan.id, [])[:2])[:500] or "none", patterns=evidence)
         edit = edits[chooser.choose(msgs, edits, what=f"reflect {plan.id}")]
         new = PlanPair(id=plan.id, slice=_apply(domain, plan, edit), synthesis=plan.synthesis,
                        evaluation=plan.evaluation, hints=list(plan.hints), history=list(plan.history))

@@ -208,9 +208,9 @@ class Engine:
         if reasons:
             return None, reasons
         if self.cfg.llm_judge:
-            ok, decision = llm_judgment(self.chooser, self.prompts, plan, prop.task)
+            ok, decision = llm_judgment(self.chooser, self.prompts, plan, prop.task, self.cfg.judge_threshold)
             if not ok:
-                return None, [{"check": "llm_judge", "detail": f"model judged the task off-plan: {decision}"}]
+                return None, [{"check": "llm_judge", "detail": f"model judged the task off-plan (P(no)={decision['p_no']})"}]
         return rec, []
 
     def _run_unit(self, r: int, p: int, plan) -> dict:
@@ -291,7 +291,7 @@ class Engine:
 
     # ----- rounds -----------------------------------------------------------------------------
 
-    def _round_row(self, r: int, plans) -> tuple[dict, dict, dict]:
+    def _round_row(self, r: int, plans) -> tuple[dict, dict, dict, dict]:
         props = [p for p in self.store.rows("proposals.jsonl") if p["round"] == r]
         fails = [f for f in self.store.rows("failures.jsonl") if f["round"] == r]
         units = [u for u in self.store.committed().values() if u["round"] == r]
@@ -328,7 +328,12 @@ class Engine:
             examples[plan.id] = [f"{p['reasons'][0]['check']}: {(p['reasons'][0]['detail'] or '')[:120]}"
                                  for p in mine if not p["accepted"]] + [f"{f['label']}/{f['rule']}: {f['evidence'][:100]}"
                                                                         for f in pf]
-        return row, stats, examples
+        patterns: dict[str, tuple[int, int]] = {}
+        for plan in plans:
+            key = ">".join(plan.slice.tools)
+            a, n = patterns.get(key, (0, 0))
+            patterns[key] = (a + stats[plan.id]["accepted"], n + stats[plan.id]["proposals"])
+        return row, stats, examples, patterns
 
     def _write_rounds(self, rows: list[dict]) -> None:
         import io
@@ -358,7 +363,7 @@ class Engine:
                 s = self._run_unit(r, p, plan)
                 bar.update(1)
                 bar.set_postfix(round=r, accepted=s["accepted"], episodes=s["episodes"])
-            row, stats, examples = self._round_row(r, plans)
+            row, stats, examples, patterns = self._round_row(r, plans)
             rows.append(row)
             self._write_rounds(rows)
             self._log_wandb(row)
@@ -366,7 +371,7 @@ class Engine:
             if r + 1 < self.cfg.rounds and not nxt.exists():
                 if self.cfg.evolution:
                     self.chooser.reseed(_seed(self.cfg.seed, r, "reflect"))
-                    new = reflect(self.domain, plans, stats, examples, self.chooser, self.prompts, r)
+                    new = reflect(self.domain, plans, stats, examples, self.chooser, self.prompts, r, patterns)
                 else:
                     new = plans
                 save_plans(nxt, new)

@@ -244,8 +244,9 @@ class Synthesizer:
         sources: dict[str, Optional[int]] = {}
         for p, s, required in _params(fn):
             desc = s.get("description") or p
-            seen = [(v, src) for v, src in pool.candidates(p) if json.dumps(v) not in banned.get(p, set())]
-            enum = [v for v in (s.get("enum") or []) if json.dumps(v) not in banned.get(p, set())]
+            # values that failed before are left out, unless nothing else is left for this argument
+            seen = _unbanned(pool.candidates(p), banned.get(p, set()))
+            enum = [v for v, _ in _unbanned([(v, None) for v in s.get("enum") or []], banned.get(p, set()))]
             options: list[tuple[Any, Optional[int]]] = [(v, None) for v in enum] if enum else seen
             if s.get("type") == "boolean":
                 options = [(True, None), (False, None)]
@@ -361,6 +362,7 @@ class Synthesizer:
                     env.execute(w.name, dict(w.arguments), "assistant")
                 before = env.state_hash()
                 obs = env.execute(tool, dict(args), "assistant")
+                result = obs
                 problem = (f"error: {obs.content[:120]}" if obs.error
                            else ("no_change" if env.state_hash() == before else None))
                 if problem is None:
@@ -371,11 +373,13 @@ class Synthesizer:
             else:
                 raise _NoTask(f"write_failed: {tool} failed after {self.max_repairs} repairs ({problem})")
             writes.append(Call(tool, args))
+            # what the write returned (a new record's id, ...) is known to later gold actions
+            pool.walk(_parse_output(result.content) or {}, len(explored) + len(writes) - 1)
             for p, v in args.items():
                 facts[p] = v
                 if src.get(p) is not None:
                     sources[src[p]] = src[p]
-        reads = [explored[i] for i in sorted(sources)]
+        reads = [explored[i] for i in sorted(sources) if i < len(explored)]
         return [Call(c.name, dict(c.arguments)) for c in reads] + writes, facts
 
     def _scenario(self, plan: PlanPair, prop: Proposal, gold: list[Call], facts: dict) -> UserScenario:
@@ -399,6 +403,11 @@ class Synthesizer:
         return UserScenario(persona=plan.slice.persona, instructions=StructuredUserInstructions(
             domain=self.domain.name, reason_for_call=reason or plan.synthesis, known_info=known or None,
             unknown_info=None, task_instructions=instructions))
+
+
+def _unbanned(options: list, banned: set) -> list:
+    kept = [(v, src) for v, src in options if json.dumps(v) not in banned]
+    return kept or list(options)
 
 
 def _plain(c: Call) -> str:

@@ -9,7 +9,8 @@ Checks, in order (every failing check becomes a structured reason `{"check", "de
   gold_reward      the gold trajectory earns reward 1 from the kit verifier and the checker
   checker_strength the checker (criteria + generated state code) rejects every near-miss
                    mutant that must be rejected (kit/checkers/mutation.py)
-  llm_judge        the model, shown the evaluation plan and the task, answers yes or no
+  llm_judge        the model, shown the evaluation plan and the task, answers yes or no; the
+                   task is rejected when its probability of "no" exceeds `judge_threshold`
 The LLM judge runs only when every executable check passed (it is the expensive one).
 """
 
@@ -100,10 +101,11 @@ def make_checker(domain: Domain, task, sandbox=None) -> tuple[CheckedTask, list[
     return rec, reasons
 
 
-def llm_judgment(chooser: Chooser, prompts: Prompts, plan: PlanPair, task) -> tuple[bool, dict]:
+def llm_judgment(chooser: Chooser, prompts: Prompts, plan: PlanPair, task, threshold: float = 0.7) -> tuple[bool, dict]:
+    """The model's yes/no on the task against the evaluation plan; rejects when P(no) > threshold."""
     actions = "; ".join(f"{a.name}({json.dumps(a.arguments)})" for a in task.evaluation_criteria.actions or [])
     instr = task.user_scenario.instructions
     scenario = instr.reason_for_call if hasattr(instr, "reason_for_call") else str(instr)
     msgs = prompts.render("validator_judge", evaluation=plan.evaluation, scenario=scenario[:400], actions=actions)
-    ok = chooser.choose(msgs, ["yes", "no"], what="validator judge") == 0
-    return ok, chooser.log[-1] if chooser.log else {}
+    p_yes, p_no = chooser.probabilities(msgs, ["yes", "no"], what="validator judge")
+    return p_no <= threshold, {"p_yes": round(p_yes, 3), "p_no": round(p_no, 3), "threshold": threshold}

@@ -1,0 +1,54 @@
+"""Audit a finished (or partial) engine run: do its outputs hold what they promise?
+
+For every accepted task: the tasks.jsonl line loads as a tau2 `Task`, its rl_tasks.jsonl
+twin carries the same task and a checker, and replaying its gold actions earns reward 1
+from tau2's own evaluator (τ² domains; a custom domain is judged by the kit verifier,
+which agrees with tau2 on every τ² task, see `kit bench verify`). Ids must be unique in
+every file: a resumed run that duplicated or lost a record fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from kit.checkers.checker import CheckedTask
+from kit.engine.store import read_jsonl
+from kit.envs.domain import BUILTIN_DOMAINS, load_domain
+from kit.replay import gold_trajectory
+from kit.verify import verify
+from kit.verify.reference import tau2_verdict
+
+from tau2.data_model.tasks import Task  # noqa: E402
+
+
+def audit_run(out_dir: str | Path) -> dict:
+    out = Path(out_dir)
+    manifest = json.loads((out / "manifest.json").read_text())
+    domain = load_domain(manifest["domain"])
+    referee = "tau2" if domain.name in BUILTIN_DOMAINS else "kit"
+    problems: list[str] = []
+    tasks = [Task.model_validate(d) for d in read_jsonl(out / "tasks.jsonl")]
+    checked = [CheckedTask.model_validate(d) for d in read_jsonl(out / "rl_tasks.jsonl")]
+    for name, ids in (("tasks.jsonl", [t.id for t in tasks]), ("rl_tasks.jsonl", [c.task.id for c in checked]),
+                      ("trajectories.jsonl", [d["id"] for d in read_jsonl(out / "trajectories.jsonl")])):
+        dup = [i for i, n in Counter(ids).items() if n > 1]
+        if dup:
+            problems.append(f"{name}: duplicated ids {dup[:5]}")
+    accepted = {p["task_id"] for p in read_jsonl(out / "proposals.jsonl") if p["accepted"]}
+    if accepted != {t.id for t in tasks}:
+        problems.append(f"tasks.jsonl holds {len(tasks)} tasks, proposals.jsonl accepted {len(accepted)}")
+    by_id = {c.task.id: c for c in checked}
+    rewards = {}
+    for t in tasks:
+        c = by_id.get(t.id)
+        if c is None or c.task != t or not c.checker.code:
+            problems.append(f"{t.id}: rl_tasks.jsonl has no matching task with a checker")
+        traj = gold_trajectory(domain, t)
+        r = tau2_verdict(domain.name, t, traj)["reward"] if referee == "tau2" else verify(domain, t, traj).reward
+        rewards[t.id] = r
+        if r != 1.0:
+            problems.append(f"{t.id}: gold replay earns {r} from the {referee} evaluator")
+    return {"out_dir": str(out), "domain": domain.name, "referee": referee, "tasks": len(tasks),
+            "gold_reward_1": sum(r == 1.0 for r in rewards.values()), "problems": problems}
