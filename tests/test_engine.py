@@ -1,0 +1,204 @@
+"""The data engine (kit/engine): unit tests of its parts, then whole runs with the embedded
+model on the τ² mock domain and on the kit's own library domain, a kill -9 resume, and the
+audit that every accepted task replays to reward 1 under tau2's evaluator."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from kit.engine import EngineConfig, run_engine
+from kit.engine.audit import audit_run
+from kit.engine.plans import PlanPair, Slice, diversity, similarity, tool_patterns
+from kit.engine.reflect import _edits
+from kit.engine.store import RunStore, read_jsonl
+from kit.engine.synthesize import Pool
+from kit.engine.validate import executable_checks
+from kit.envs import load_domain
+
+from tau2.data_model.tasks import Action, EvaluationCriteria, Task, UserScenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----- parts -------------------------------------------------------------------------------------
+
+
+def test_pool_matches_arguments_to_fields_by_name_and_stem():
+    pool = Pool()
+    pool.walk({"user_id": "user_1", "tasks": ["task_1", "task_2"], "name": "Ann"}, source=0)
+    assert [v for v, _ in pool.candidates("user_id")] == ["user_1"]
+    assert sorted(v for v, _ in pool.candidates("task_id")) == ["task_1", "task_2"]  # tasks -> task_id
+    assert pool.candidates("reservation_id") == []
+    assert all(src == 0 for _, src in pool.candidates("task_id"))
+
+
+def _plan(i, tools, persona="p", edge="none", text="create a task for the user"):
+    return PlanPair(id=f"plan{i}", slice=Slice("change", tools, persona, edge), synthesis=text, evaluation=text)
+
+
+def test_similarity_flags_near_duplicates_and_diversity_measures_spread():
+    a = _plan(0, ["create_task"])
+    assert similarity(a, _plan(1, ["create_task"])) == pytest.approx(1.0)
+    b = _plan(2, ["update_task_status"], persona="q", edge="vague", text="mark the old task as completed today")
+    assert similarity(a, b) < 0.3
+    assert diversity([a, _plan(1, ["create_task"])]) == pytest.approx(0.0)
+    assert diversity([a, b]) > 0.7
+
+
+def test_tool_patterns_of_mock_cover_reads_writes_and_pairs():
+    pats = tool_patterns(load_domain("mock"))
+    assert ("change", ["create_task"]) in pats and ("lookup", ["get_users"]) in pats
+    assert any(i == "multi_change" for i, _ in pats)
+    assert all("transfer_to_human_agents" not in t for _, t in pats)
+
+
+def _task(actions, instructions):
+    return Task(id="t", user_scenario=UserScenario(instructions=instructions),
+                evaluation_criteria=EvaluationCriteria(
+                    actions=[Action(action_id=f"a{i}", name=n, arguments=a) for i, (n, a) in enumerate(actions)],
+                    reward_basis=["DB"]))
+
+
+def test_validator_executable_checks_name_each_failure():
+    mock = load_domain("mock")
+    ok = _task([("create_task", {"user_id": "user_1", "title": "Pay rent"})], "You are user_1; create 'Pay rent'.")
+    assert executable_checks(mock, ok) == []
+    ungrounded = _task([("create_task", {"user_id": "user_1", "title": "Pay rent"})], "You are user_1.")
+    assert [r["check"] for r in executable_checks(mock, ungrounded)] == ["grounded_args"]
+    noop = _task([("update_task_status", {"task_id": "task_1", "status": "pending"})], "task_1 should be pending")
+    assert [r["check"] for r in executable_checks(mock, noop)] == ["changes_state"]
+    broken = _task([("update_task_status", {"task_id": "task_9", "status": "completed"})], "task_9 completed")
+    assert [r["check"] for r in executable_checks(mock, broken)] == ["gold_runs"]
+
+
+def test_reflector_offers_edits_the_evidence_supports():
+    mock = load_domain("mock")
+    plan = PlanPair(id="plan0", slice=Slice("multi_change", ["update_task_status", "update_task_status"], "p", "e"),
+                    synthesis="s", evaluation="e")
+    bad = {"proposals": 2, "accepted": 0, "rejections": Counter({"changes_state": 2}), "failures": Counter()}
+    edits = _edits(mock, plan, bad, {"create_task": (2, 2), "update_task_status>update_task_status": (0, 2)})
+    assert "simplify" in edits and "switch:create_task" in edits
+    assert "harder" not in edits
+    easy = PlanPair(id="plan1", slice=Slice("change", ["create_task"], "p", "e"), synthesis="s", evaluation="e")
+    good = {"proposals": 2, "accepted": 2, "rejections": Counter(), "failures": Counter()}
+    assert "harder" in _edits(mock, easy, good, {}) and not any(e.startswith("switch") for e in _edits(mock, easy, good, {}))
+
+
+def test_store_recover_drops_uncommitted_and_torn_lines(tmp_path):
+    store = RunStore(tmp_path)
+    store.append("tasks.jsonl", [{"id": "syn-r0-p0-a0"}, {"id": "syn-r0-p1-a0"}])
+    store.append("failures.jsonl", [{"unit": "r0-p0", "x": 1}, {"unit": "r0-p1", "x": 2}])
+    store.commit("r0-p0", {"round": 0})
+    with open(tmp_path / "tasks.jsonl", "a") as f:
+        f.write('{"id": "syn-r0-p1-a1"')  # torn by a kill
+    dropped = store.recover()
+    assert dropped == {"tasks.jsonl": 2, "failures.jsonl": 1}
+    assert [d["id"] for d in read_jsonl(tmp_path / "tasks.jsonl")] == ["syn-r0-p0-a0"]
+    assert store.recover() == {}  # idempotent
+
+
+def test_engine_config_names_the_bad_field(tmp_path):
+    with pytest.raises(ValidationError, match="rounds"):
+        EngineConfig(domain="mock", out_dir=str(tmp_path), rounds=0)
+    with pytest.raises(ValidationError, match="num_plan"):
+        EngineConfig(domain="mock", out_dir=str(tmp_path), num_plan=4)  # typo of num_plans
+
+
+# ----- whole runs with the embedded model ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mock_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("engine") / "mock"
+    cfg = EngineConfig(domain="mock", out_dir=str(out), rounds=2, num_plans=2, tasks_per_plan=2, group_size=1,
+                       max_steps=4, max_new_tokens=32, llm_judge=False, wandb=False, seed=1)
+    return cfg, run_engine(cfg, progress=False)
+
+
+@pytest.mark.slow
+def test_engine_run_writes_every_output_and_accepted_tasks_replay_to_reward_1(mock_run):
+    cfg, res = mock_run
+    out = Path(cfg.out_dir)
+    for name in ("tasks.jsonl", "rl_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
+                 "failures.jsonl", "proposals.jsonl", "rounds.csv", "manifest.json", "plans/round_0.json",
+                 "plans/round_1.json", "prompts/round_0/synth_reason.md", "prompts/round_1/plan_hints.json"):
+        assert (out / name).exists(), name
+    assert [r["round"] for r in res.rounds] == [0, 1]
+    assert sum(r["proposals"] for r in res.rounds) == 8
+    assert res.accepted >= 1, "no task accepted: the synthesizer or validator regressed"
+    rep = audit_run(out)  # every accepted task loads as a tau2 Task; gold replay -> reward 1 from tau2
+    assert rep["referee"] == "tau2" and rep["problems"] == [] and rep["gold_reward_1"] == res.accepted
+    trajs = read_jsonl(out / "trajectories.jsonl")
+    assert len(trajs) == res.accepted * cfg.group_size
+    assert all("reward" in t["meta"] for t in trajs)
+    fails = read_jsonl(out / "failures.jsonl")
+    assert len(fails) == sum(t["meta"]["reward"] < 1 for t in trajs)
+    assert all(f["label"] in ("task", "agent", "user", "undetermined") for f in fails)
+    sft = read_jsonl(out / "sft_agent.jsonl")
+    assert sum(s["meta"].get("source") == "replay" for s in sft) >= res.accepted  # gold dialogues, labelled
+    plans1 = json.loads((out / "plans/round_1.json").read_text())
+    assert all(p["history"] and p["history"][-1]["round"] == 0 for p in plans1)  # the reflector ran
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "complete" and m["domain"] == "mock" and m["tau2_version"]
+
+
+@pytest.mark.slow
+def test_engine_rerun_of_a_complete_run_does_nothing(mock_run):
+    cfg, res = mock_run
+    before = {p: p.read_bytes() for p in Path(cfg.out_dir).glob("*.jsonl")}
+    again = run_engine(cfg, progress=False)
+    assert again.resumed_units == cfg.rounds * cfg.num_plans
+    assert {p: p.read_bytes() for p in Path(cfg.out_dir).glob("*.jsonl")} == before
+    assert again.rounds == res.rounds or [r["accepted"] for r in again.rounds] == [r["accepted"] for r in res.rounds]
+
+
+@pytest.mark.slow
+def test_kill_minus_9_then_rerun_resumes_without_loss_or_duplicates(tmp_path):
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "kit.cli", "synthesize", "--domain", "mock", "--out", str(out), "--rounds", "1",
+           "--plans", "3", "--tasks-per-plan", "1", "--group-size", "0", "--no-wandb", "--seed", "3"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    units = out / "units.jsonl"
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None and not (units.exists() and units.read_text().strip()):
+        time.sleep(0.2)
+    assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read()[-2000:]}"
+    proc.send_signal(signal.SIGKILL)  # in the middle of the second unit
+    proc.wait()
+    done_before = [json.loads(x)["unit"] for x in units.read_text().splitlines()]
+    assert len(done_before) < 3
+    rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    committed = [json.loads(x)["unit"] for x in units.read_text().splitlines()]
+    assert sorted(committed) == ["r0-p0", "r0-p1", "r0-p2"]  # each once, the killed ones redone
+    assert committed[: len(done_before)] == done_before
+    props = read_jsonl(out / "proposals.jsonl")
+    assert sorted(p["unit"] for p in props) == ["r0-p0", "r0-p1", "r0-p2"]
+    assert audit_run(out)["problems"] == []
+
+
+@pytest.mark.slow
+def test_a_custom_domain_runs_through_the_same_engine(tmp_path):
+    from kit.envs.library import register
+
+    register()
+    cfg = EngineConfig(domain="library", out_dir=str(tmp_path / "library"), rounds=1, num_plans=2, tasks_per_plan=2,
+                       group_size=1, max_steps=4, max_new_tokens=32, llm_judge=False, wandb=False, seed=0)
+    res = run_engine(cfg, progress=False)
+    props = read_jsonl(Path(cfg.out_dir) / "proposals.jsonl")
+    assert len(props) == 4 and any(p["task_id"] for p in props), [p["failure"] for p in props]
+    tools = {c["call"].split("(")[0] for p in props for c in p["explored"]}
+    assert tools <= {"get_member", "get_book"} and tools  # it explored the library with its read tools
+    rep = audit_run(cfg.out_dir)
+    assert rep["referee"] == "kit" and rep["problems"] == [] and rep["tasks"] == res.accepted
