@@ -33,7 +33,7 @@ class EngineConfig(BaseModel):
     max_repairs: int = Field(default=2, ge=0, description="Re-choices of a gold write that errors or changes nothing.")
     repair_scenario: bool = Field(default=True, description="Append known facts the model's prose dropped.")
     gold_dialogues: bool = Field(default=True, description="Also write each accepted task's gold-replay dialogue "
-                                 "to sft_agent.jsonl (meta.source = 'replay').")
+                                 "to sft_agent.jsonl (meta.source = 'gold').")
     choice_temperature: float = Field(default=1.0, ge=0.0, description="Softmax temperature of constrained choices.")
     max_similarity: float = Field(default=0.75, gt=0.0, le=1.0, description="Near-duplicate plan threshold.")
     templates_dir: Optional[str] = Field(default=None, description="Another set of engine prompt templates.")

@@ -154,7 +154,7 @@ class Engine:
                              "kit/engine/choice.py) and model-written prose; no template-generated tasks",
                 "repairs": "executable repairs are recorded per proposal (proposals.jsonl 'repairs')",
                 "gold_dialogues": ("sft_agent.jsonl includes gold-replay dialogues of accepted tasks "
-                                   "(meta.source = 'replay')") if self.cfg.gold_dialogues else None,
+                                   "(meta.source = 'gold')") if self.cfg.gold_dialogues else None,
             },
         }
         if extra:
