@@ -25,6 +25,8 @@ class EngineConfig(BaseModel):
     user_model: Any = Field(default=None, description="User simulator in rollouts (default: model).")
     sft_tokenizer: Optional[str] = Field(default=None, description="HF folder whose chat template renders SFT "
                                          "samples (default: the agent model's; needed for endpoints).")
+    concurrency: int = Field(default=8, ge=1, description="Units (plans) in flight at once with endpoint backends; "
+                             "in-process hf models always run one unit at a time.")
     seed: int = 0
     max_steps: int = Field(default=10, ge=2, description="Messages per rollout episode.")
     max_new_tokens: int = Field(default=96, ge=8, description="Per agent/user turn in rollouts.")

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import subprocess
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -95,9 +96,8 @@ class Engine:
         self.engine_llm = given.get("model") or self._backend(cfg.model)
         self.agent = given.get("agent") or self._backend(cfg.agent_model or cfg.model)
         self.user = given.get("user") or self._backend(cfg.user_model or cfg.model)
-        self.chooser = Chooser(self.engine_llm, temperature=cfg.choice_temperature, seed=cfg.seed)
-        self.synth = Synthesizer(self.domain, self.chooser, self.prompts, explore_steps=cfg.explore_steps,
-                                 max_repairs=cfg.max_repairs, repair_scenario=cfg.repair_scenario)
+        self.chooser = Chooser(self.engine_llm, temperature=cfg.choice_temperature, seed=cfg.seed)  # plans, reflection
+        self._commit_lock = threading.Lock()
         self._tokenizer = None
         self._sandbox = None
         self._wandb = None
@@ -195,7 +195,14 @@ class Engine:
 
     # ----- one unit: one plan in one round ------------------------------------------------------
 
-    def _validate(self, plan, prop) -> tuple[Optional[CheckedTask], list[dict]]:
+    def _unit_roles(self, seed: int) -> tuple[Chooser, Synthesizer]:
+        """A unit's own chooser and synthesizer, so units can run side by side (endpoints)."""
+        chooser = Chooser(self.engine_llm, temperature=self.cfg.choice_temperature, seed=seed)
+        synth = Synthesizer(self.domain, chooser, self.prompts, explore_steps=self.cfg.explore_steps,
+                            max_repairs=self.cfg.max_repairs, repair_scenario=self.cfg.repair_scenario)
+        return chooser, synth
+
+    def _validate(self, plan, prop, chooser: Chooser) -> tuple[Optional[CheckedTask], list[dict]]:
         if prop.task is None:
             return None, [{"check": "synthesis", "detail": prop.failure}]
         if not self.cfg.validation:
@@ -208,7 +215,7 @@ class Engine:
         if reasons:
             return None, reasons
         if self.cfg.llm_judge:
-            ok, decision = llm_judgment(self.chooser, self.prompts, plan, prop.task, self.cfg.judge_threshold)
+            ok, decision = llm_judgment(chooser, self.prompts, plan, prop.task, self.cfg.judge_threshold)
             if not ok:
                 return None, [{"check": "llm_judge", "detail": f"model judged the task off-plan (P(no)={decision['p_no']})"}]
         return rec, []
@@ -216,12 +223,11 @@ class Engine:
     def _run_unit(self, r: int, p: int, plan) -> dict:
         t0 = time.perf_counter()
         unit = unit_id(r, p)
-        self.chooser.reseed(_seed(self.cfg.seed, r, p))
-        fallbacks0 = self.chooser.fallbacks
+        chooser, synth = self._unit_roles(_seed(self.cfg.seed, r, p))
         proposals, accepted = [], []
         for a in range(self.cfg.tasks_per_plan):
-            prop = self.synth.propose(plan, unit, a, f"syn-{unit}-a{a}", seed=_seed(self.cfg.seed, r, p, a))
-            rec, reasons = self._validate(plan, prop)
+            prop = synth.propose(plan, unit, a, f"syn-{unit}-a{a}", seed=_seed(self.cfg.seed, r, p, a))
+            rec, reasons = self._validate(plan, prop, chooser)
             row = prop.record()
             row.update({"round": r, "accepted": rec is not None, "reasons": reasons})
             proposals.append(row)
@@ -231,6 +237,10 @@ class Engine:
         if accepted and self.cfg.group_size > 0:
             trajs, failures = self._rollouts(unit, r, accepted)
         sft_agent, sft_user = self._sft(accepted, trajs)
+        with self._commit_lock:
+            return self._commit(unit, r, plan, t0, chooser, proposals, accepted, trajs, failures, sft_agent, sft_user)
+
+    def _commit(self, unit, r, plan, t0, chooser, proposals, accepted, trajs, failures, sft_agent, sft_user) -> dict:
         self.store.append("tasks.jsonl", [rec.task.model_dump_json(exclude_none=True) for rec in accepted])
         self.store.append("rl_tasks.jsonl", accepted)
         self.store.append("trajectories.jsonl", trajs)
@@ -240,7 +250,7 @@ class Engine:
         self.store.append("proposals.jsonl", proposals)
         summary = {"round": r, "plan": plan.id, "proposals": len(proposals), "accepted": len(accepted),
                    "episodes": len(trajs), "sft_agent": len(sft_agent), "sft_user": len(sft_user),
-                   "choice_fallbacks": self.chooser.fallbacks - fallbacks0,
+                   "choice_fallbacks": chooser.fallbacks,
                    "wall_s": round(time.perf_counter() - t0, 2)}
         self.store.commit(unit, summary)
         return summary
@@ -345,6 +355,25 @@ class Engine:
             w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in ROUND_COLUMNS})
         atomic_write(self.out / "rounds.csv", buf.getvalue())
 
+    def _map_units(self, r: int, todo: list):
+        """Run a round's units; with an endpoint backend, `concurrency` of them at once (each
+        unit's rollouts are already concurrent requests inside the backend)."""
+        workers = self.cfg.concurrency if self._parallel_ok() else 1
+        if workers <= 1:
+            for p, plan in todo:
+                yield self._run_unit(r, p, plan)
+            return
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(self._run_unit, r, p, plan) for p, plan in todo]
+            for f in as_completed(futures):
+                yield f.result()
+
+    def _parallel_ok(self) -> bool:
+        """In-process models (hf) run one forward pass at a time: no threads for them."""
+        return all(not hasattr(b, "model") for b in (self.engine_llm, self.agent, self.user))
+
     def run(self) -> EngineResult:
         dropped = self.store.recover()
         committed = self.store.committed()
@@ -357,10 +386,8 @@ class Engine:
                    initial=sum(1 for u in committed if int(u.split("-")[0][1:]) < self.cfg.rounds))
         for r in range(self.cfg.rounds):
             plans = load_plans(self._plans_path(r))
-            for p, plan in enumerate(plans):
-                if unit_id(r, p) in committed:
-                    continue
-                s = self._run_unit(r, p, plan)
+            todo = [(p, plan) for p, plan in enumerate(plans) if unit_id(r, p) not in committed]
+            for s in self._map_units(r, todo):
                 bar.update(1)
                 bar.set_postfix(round=r, accepted=s["accepted"], episodes=s["episodes"])
             row, stats, examples, patterns = self._round_row(r, plans)
