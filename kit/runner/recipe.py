@@ -1,0 +1,513 @@
+"""Recipes: YAML files naming the stages of a run and their parameters, validated whole first.
+
+    name: quickstart-cpu
+    domain: mock                  # shared by every stage that has a `domain`
+    base_model: embedded          # what unset model parameters fall back to
+    seed: 0
+    defaults: {threads: 2}        # any stage parameter, for every stage that has it
+    stages:
+      - stage: synthesize
+        params: {rounds: 1, num_plans: 2}
+      - stage: sft_agent          # data: the synthesize stage above (auto-wired)
+      - {stage: evaluate, id: eval_sft, params: {model: "@sft_agent", trials: 1}}
+      - stage: report
+
+An ablation adds `arms`: the chain (every stage but `report`) runs once per arm with the arm's
+`set` overrides ("<stage id>.<param>": value) and `skip` list; stages whose resolved inputs are
+identical across arms run once and are shared. The report stage then compares the arms.
+
+    arms:
+      - {name: full, paper: 56.0}
+      - {name: no_validation, set: {synthesize.validation: false}, paper: 50.0}
+    comparison: {metric: "pass^1", paper_metric: "airline pass^1, Qwen3-30B-A3B SFT", ...}
+
+Strings may use ${VAR} or ${VAR:-default} (environment variables), e.g. a GPU recipe's model
+folder. `load_recipe` raises one RecipeError naming the file, line and field of the first
+problem, before anything runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kit.runner.stages import AUTO_WIRING, PRODUCES, REFERENCE_FIELDS, RUNNER_FIELDS, STAGES, all_param_names
+
+
+class RecipeError(ValueError):
+    """A recipe problem: `str(e)` is one line naming the file, line and field."""
+
+    def __init__(self, path: str, where: str, message: str, line: Optional[int] = None, more: int = 0):
+        self.path, self.where, self.message, self.line, self.more = str(path), where, message, line, more
+        loc = f"{self.path}:{line}" if line else self.path
+        tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+        super().__init__(f"{loc}: {where}: {message}{tail}" if where else f"{loc}: {message}{tail}")
+
+
+# ----- the YAML schema ---------------------------------------------------------------------------
+
+_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
+
+
+class StageSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    stage: str = Field(description="One of: " + ", ".join(STAGES))
+    id: Optional[str] = Field(default=None, description="Unique name (default: the stage name).")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("stage")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in STAGES:
+            raise ValueError(f"unknown stage '{v}'; known stages: {', '.join(STAGES)}")
+        return v
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not _ID.match(v):
+            raise ValueError(f"stage id '{v}' must start with a letter and hold only letters, digits, _ and -")
+        return v
+
+
+class ArmSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    label: Optional[str] = None
+    set: dict[str, Any] = Field(default_factory=dict, description="'<stage id>.<param>': value")
+    skip: list[str] = Field(default_factory=list, description="stage ids this arm leaves out")
+    paper: Optional[float] = Field(default=None, description="The paper's number for this arm (%).")
+    paper_label: Optional[str] = Field(default=None, description="The paper's name for this arm.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _ID.match(v):
+            raise ValueError(f"arm name '{v}' must start with a letter and hold only letters, digits, _ and -")
+        return v
+
+
+class Comparison(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str = "pass^1"
+    paper_metric: Optional[str] = None
+    paper_source: str = "PAPER.md, 'Ablations' (arXiv 2601.22607)"
+    note: Optional[str] = None
+
+
+class RecipeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    domain: Optional[str] = None
+    base_model: str = "embedded"
+    seed: int = 0
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    stages: list[StageSpec] = Field(min_length=1)
+    arms: list[ArmSpec] = Field(default_factory=list)
+    comparison: Optional[Comparison] = None
+    hardware: str = Field(default="cpu", description="cpu | gpu: what the recipe is sized for (documentation).")
+    budget_minutes: Optional[float] = Field(default=None, description="Expected wall time (documentation).")
+
+
+# ----- the validated, expanded plan --------------------------------------------------------------
+
+
+@dataclass
+class PlannedStage:
+    """One stage execution: where it goes, its parameters with references still symbolic."""
+
+    stage: str
+    id: str
+    arm: Optional[str]
+    params: dict[str, Any]          # validated, defaults applied; references as "@<key>"
+    index: int                      # position in the recipe's `stages`
+    key: str = ""                   # unique within the run: "<arm>/<id>" or "<id>"
+    refs: dict[str, str] = field(default_factory=dict)  # param -> key of the referenced stage
+
+    def __post_init__(self) -> None:
+        self.key = f"{self.arm}/{self.id}" if self.arm else self.id
+
+
+@dataclass
+class Recipe:
+    path: Path
+    text: str
+    spec: RecipeSpec
+    raw: dict
+    plan: list[PlannedStage]
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+# ----- loading -----------------------------------------------------------------------------------
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _line_of(node: Any, loc: tuple) -> Optional[int]:
+    """1-based line of the YAML node at `loc` (keys / list indices), or of its nearest parent."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        nxt = None
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if k.value == str(part):
+                    nxt = v
+                    line = k.start_mark.line + 1
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            nxt = node.value[part]
+            line = nxt.start_mark.line + 1
+        if nxt is None:
+            break
+        node = nxt
+    return line
+
+
+def _fmt(loc: tuple) -> str:
+    out = ""
+    for p in loc:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return (text if len(text) <= 60 else text[:57] + "...") + f" ({type(value).__name__})"
+
+
+class _Errors:
+    """Collects problems; raises the first as one RecipeError with the file, line and field."""
+
+    def __init__(self, path: Path, node: Any):
+        self.path, self.node, self.items = path, node, []
+
+    def add(self, loc: tuple, message: str, line_loc: Optional[tuple] = None) -> None:
+        self.items.append((loc, message, line_loc if line_loc is not None else loc))
+
+    def raise_first(self) -> None:
+        if self.items:
+            loc, msg, line_loc = self.items[0]
+            raise RecipeError(str(self.path), _fmt(loc), msg, _line_of(self.node, line_loc), len(self.items) - 1)
+
+
+def _pydantic_message(err: dict) -> str:
+    kind, msg = err.get("type", ""), err.get("msg", "")
+    if kind == "value_error" and msg.startswith("Value error, "):
+        return msg[len("Value error, "):]
+    if kind == "missing":
+        return "required field missing"
+    if kind == "extra_forbidden":
+        return "unknown field"
+    got = err.get("input")
+    if kind.endswith(("_type", "_parsing")) or "valid" in msg:
+        return f"{msg}; got {_describe(got)}"
+    return msg
+
+
+def _expand_env(value: Any, loc: tuple, errors: _Errors) -> Any:
+    if isinstance(value, dict):
+        return {k: _expand_env(v, loc + (k,), errors) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, loc + (i,), errors) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def sub(m: re.Match) -> str:
+        var, default = m.group(1), m.group(2)
+        if var in os.environ and os.environ[var] != "":
+            return os.environ[var]
+        if default is not None:
+            return default
+        errors.add(loc, f"environment variable {var} is not set (the recipe says '{value}'); "
+                        f"export {var}=... or pass --set")
+        return m.group(0)
+
+    out = _ENV.sub(sub, value)
+    if out != value and _ENV.fullmatch(value):
+        try:  # a whole-value substitution keeps YAML's types: ${N_STEPS:-4} -> 4
+            return yaml.safe_load(out) if out.strip() else out
+        except yaml.YAMLError:
+            return out
+    return out
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'stages.grpo.steps=4' or 'domain=airline' -> (path, YAML-parsed value)."""
+    if "=" not in text:
+        raise ValueError(f"--set wants KEY=VALUE, got '{text}'")
+    key, _, val = text.partition("=")
+    return key.strip(), yaml.safe_load(val) if val.strip() else ""
+
+
+def _apply_overrides(raw: dict, overrides: dict[str, Any], path: Path) -> None:
+    """--set KEY=VALUE: top-level keys (domain, base_model, seed, defaults.X) or '<stage id>.<param>'."""
+    stages = raw.get("stages") if isinstance(raw.get("stages"), list) else []
+    ids = {}
+    for s in stages:
+        if isinstance(s, dict):
+            ids.setdefault(s.get("id") or s.get("stage"), s)
+    for key, value in overrides.items():
+        head, _, rest = key.partition(".")
+        if head in RecipeSpec.model_fields and head not in ("stages", "arms"):
+            if rest:
+                if not isinstance(raw.get(head), dict):
+                    raw[head] = {}
+                raw[head][rest] = value
+            else:
+                raw[head] = value
+        elif head in ids and rest:
+            ids[head].setdefault("params", {})
+            if not isinstance(ids[head]["params"], dict):
+                ids[head]["params"] = {}
+            ids[head]["params"][rest] = value
+        else:
+            raise RecipeError(str(path), f"--set {key}", f"names neither a recipe field "
+                              f"({', '.join(k for k in RecipeSpec.model_fields if k not in ('stages', 'arms'))}) "
+                              f"nor '<stage id>.<param>' (stage ids: {', '.join(ids)})")
+
+
+def _is_ref(v: Any) -> bool:
+    return isinstance(v, str) and v.startswith("@")
+
+
+def _local_model_dir(spec: str) -> Optional[str]:
+    """The folder a model spec names, if it names one ('hf:P', 'vllm:P', or a bare path)."""
+    if spec in ("embedded",) or spec.startswith(("openai:", "@")) or spec == "gold":
+        return None
+    for prefix in ("hf:", "vllm:"):
+        if spec.startswith(prefix):
+            rest = spec[len(prefix):]
+            return None if rest == "embedded" else rest
+    return spec
+
+
+def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, check_paths: bool = True) -> Recipe:
+    """Read, validate and expand a recipe. Raises RecipeError (one line) on the first problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecipeError(str(path), "", "recipe file not found")
+    text = path.read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise RecipeError(str(path), "", f"not valid YAML: {getattr(e, 'problem', e)}",
+                          mark.line + 1 if mark else None) from None
+    if not isinstance(raw, dict):
+        raise RecipeError(str(path), "", "a recipe is a YAML mapping with at least 'name' and 'stages'")
+    raw_orig = copy.deepcopy(raw)
+    overrides = dict(overrides or {})
+    _apply_overrides(raw, overrides, path)
+    errors = _Errors(path, node)
+    raw = _expand_env(raw, (), errors)
+    errors.raise_first()
+
+    try:
+        spec = RecipeSpec.model_validate(raw)
+    except ValidationError as e:
+        for err in e.errors():
+            errors.add(tuple(err["loc"]), _pydantic_message(err))
+        errors.raise_first()
+        raise  # pragma: no cover
+
+    # defaults: every key must belong to some stage
+    known = all_param_names()
+    for k in spec.defaults:
+        if k in RUNNER_FIELDS:
+            errors.add(("defaults", k), "is set by the runner, not by a recipe")
+        elif k not in known:
+            errors.add(("defaults", k), f"no stage has a parameter '{k}'")
+    errors.raise_first()
+
+    ids = [s.id or s.stage for s in spec.stages]
+    for i, sid in enumerate(ids):
+        if ids.index(sid) != i:
+            errors.add(("stages", i, "id"), f"stage id '{sid}' is used twice; give each a distinct `id`",
+                       ("stages", i))
+    errors.raise_first()
+    report_ix = [i for i, s in enumerate(spec.stages) if s.stage == "report"]
+    if report_ix and report_ix != [len(spec.stages) - 1]:
+        errors.add(("stages", report_ix[0], "stage"), "a recipe has at most one report stage, and it comes last")
+    errors.raise_first()
+
+    # arms: overrides name real stages and parameters
+    arm_names = [a.name for a in spec.arms]
+    for j, arm in enumerate(spec.arms):
+        if arm_names.index(arm.name) != j:
+            errors.add(("arms", j, "name"), f"arm name '{arm.name}' is used twice")
+        for key in arm.set:
+            sid, _, param = key.partition(".")
+            if sid not in ids or not param:
+                errors.add(("arms", j, "set", key), f"must be '<stage id>.<param>' with a stage id of this recipe "
+                           f"({', '.join(ids)})")
+            elif param not in STAGES[spec.stages[ids.index(sid)].stage].model_fields:
+                errors.add(("arms", j, "set", key), f"stage '{sid}' ({spec.stages[ids.index(sid)].stage}) has no "
+                           f"parameter '{param}'")
+        for k, sid in enumerate(arm.skip):
+            if sid not in ids:
+                errors.add(("arms", j, "skip", k), f"no stage with id '{sid}' (stage ids: {', '.join(ids)})")
+    errors.raise_first()
+
+    plan: list[PlannedStage] = []
+    for arm in (spec.arms or [None]):
+        chain: list[PlannedStage] = []
+        for i, s in enumerate(spec.stages):
+            sid = ids[i]
+            if s.stage == "report" and spec.arms:
+                continue  # once, after every arm
+            if arm is not None and sid in arm.skip:
+                continue
+            params, origin = _stage_params(spec, s, sid, i, arm)
+            validated = _validate_params(s.stage, params, origin, i, errors)
+            if validated is None:
+                continue
+            ps = PlannedStage(stage=s.stage, id=sid, arm=arm.name if arm else None, params=validated, index=i)
+            _wire(ps, chain, spec, origin, errors)
+            chain.append(ps)
+        plan += chain
+    if spec.arms and report_ix:
+        i = report_ix[0]
+        s = spec.stages[i]
+        params, origin = _stage_params(spec, s, ids[i], i, None)
+        validated = _validate_params(s.stage, params, origin, i, errors)
+        if validated is not None:
+            plan.append(PlannedStage(stage="report", id=ids[i], arm=None, params=validated, index=i))
+    errors.raise_first()
+
+    if check_paths:
+        _check_semantics(plan, spec, errors)
+        errors.raise_first()
+    return Recipe(path=path, text=text, spec=spec, raw=raw_orig, plan=plan, overrides=overrides)
+
+
+def _stage_params(spec: RecipeSpec, s: StageSpec, sid: str, i: int, arm: Optional[ArmSpec]) -> tuple[dict, dict]:
+    """Merged params and, per param, the YAML location it came from (for error lines)."""
+    fields = STAGES[s.stage].model_fields
+    params: dict[str, Any] = {}
+    origin: dict[str, tuple] = {}
+    if "domain" in fields and spec.domain is not None:
+        params["domain"], origin["domain"] = spec.domain, ("domain",)
+    if "seed" in fields:
+        params["seed"], origin["seed"] = spec.seed, ("seed",)
+    for k, v in spec.defaults.items():
+        if k in fields:
+            params[k], origin[k] = v, ("defaults", k)
+    for k, v in s.params.items():
+        params[k], origin[k] = v, ("stages", i, "params", k)
+    if arm is not None:
+        j = spec.arms.index(arm)
+        for key, v in arm.set.items():
+            target, _, k = key.partition(".")
+            if target == sid:
+                params[k], origin[k] = v, ("arms", j, "set", key)
+    return params, origin
+
+
+def _validate_params(stage: str, params: dict, origin: dict, i: int, errors: _Errors) -> Optional[dict]:
+    for k in params:
+        if k in RUNNER_FIELDS:
+            errors.add(origin.get(k, ("stages", i, "params", k)), "is set by the runner, not by a recipe")
+    try:
+        return STAGES[stage].model_validate(params).model_dump()
+    except ValidationError as e:
+        for err in e.errors():
+            loc = tuple(err["loc"])
+            name = loc[0] if loc else ""
+            base = origin.get(name)
+            where = base + tuple(loc[1:]) if base else ("stages", i, "params") + loc
+            msg = _pydantic_message(err)
+            if err.get("type") == "missing":
+                msg = (f"required field missing for stage '{stage}' (set it in the stage's params, "
+                       f"in `defaults`{', or the recipe-level `' + name + '`' if name == 'domain' else ''})")
+                where = ("stages", i, "params", name)
+                errors.add(where, msg, ("stages", i))
+            elif err.get("type") == "extra_forbidden":
+                known = ", ".join(STAGES[stage].model_fields)
+                errors.add(where, f"stage '{stage}' has no parameter '{name}' (it has: {known})")
+            else:
+                errors.add(where, msg)
+        return None
+
+
+def _wire(ps: PlannedStage, chain: list[PlannedStage], spec: RecipeSpec, origin: dict, errors: _Errors) -> None:
+    """Resolve `@id` references and auto-wire unset reference fields (symbolically: '@<key>')."""
+    refs = REFERENCE_FIELDS[ps.stage]
+    for name, kind in refs.items():
+        value = ps.params.get(name)
+        where = origin.get(name, ("stages", ps.index, "params", name))
+        if _is_ref(value):
+            target = value[1:]
+            match = [c for c in chain if c.id == target]
+            if not match:
+                earlier = ", ".join(c.id for c in chain) or "none"
+                skipped = f" (arm '{ps.arm}' skips it)" if ps.arm and target in [s.id or s.stage for s in spec.stages] \
+                    else ""
+                errors.add(where, f"'{value}' names no earlier stage{skipped}; earlier stages: {earlier}")
+                continue
+            tgt = match[-1]
+            if PRODUCES[tgt.stage] != kind:
+                errors.add(where, f"'{value}' is a {tgt.stage} stage, which produces "
+                           f"{PRODUCES[tgt.stage] or 'nothing'}, but '{name}' needs a {kind}")
+                continue
+            ps.refs[name] = tgt.key
+        elif value is None and name in AUTO_WIRING[ps.stage]:
+            kinds, fallback = AUTO_WIRING[ps.stage][name]
+            match = [c for c in chain if c.stage in kinds]
+            if match:
+                ps.refs[name] = match[-1].key
+                ps.params[name] = "@" + match[-1].id
+            elif fallback == "base_model":
+                ps.params[name] = spec.base_model
+            elif fallback is not None:
+                ps.params[name] = fallback
+
+
+def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors) -> None:
+    """Things a type cannot say: known domains, model folders that exist, split names."""
+    from kit.envs import available_domains
+
+    domains = set(available_domains())
+    seen_dirs: set[str] = set()
+    for ps in plan:
+        p = ps.params
+        loc = ("stages", ps.index, "params")
+        if "domain" in p and p["domain"] not in domains:
+            errors.add(loc + ("domain",), f"unknown domain '{p['domain']}'; available: {', '.join(sorted(domains))}",
+                       ("stages", ps.index))
+        for name, kind in REFERENCE_FIELDS[ps.stage].items():
+            v = p.get(name)
+            if not isinstance(v, str) or _is_ref(v) or kind != "model":
+                continue
+            d = _local_model_dir(v)
+            if d is not None and d not in seen_dirs:
+                if not Path(d).expanduser().is_dir():
+                    errors.add(loc + (name,), f"model folder '{d}' does not exist (give an HF folder, 'embedded', "
+                               "'openai:URL#MODEL' or '@<stage id>')", ("stages", ps.index))
+                seen_dirs.add(d)
+        if ps.stage == "evaluate" and p.get("tasks_file") and not Path(p["tasks_file"]).is_file():
+            errors.add(loc + ("tasks_file",), f"file '{p['tasks_file']}' does not exist", ("stages", ps.index))
+        if ps.stage in ("sft_user", "sft_agent") and isinstance(p.get("data"), str) and not _is_ref(p["data"]) \
+                and p["data"] != "gold" and not Path(p["data"]).is_dir():
+            errors.add(loc + ("data",), f"'{p['data']}' is neither '@<stage id>', 'gold' nor an existing folder",
+                       ("stages", ps.index))
+        if ps.stage == "grpo" and isinstance(p.get("tasks"), str) and not _is_ref(p["tasks"]) \
+                and not p["tasks"].startswith("split:") and not Path(p["tasks"]).is_file():
+            errors.add(loc + ("tasks",), f"'{p['tasks']}' is neither '@<stage id>', 'split:<name>' nor an existing "
+                       "JSONL file of checked tasks", ("stages", ps.index))

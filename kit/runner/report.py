@@ -1,0 +1,544 @@
+"""A run's report: reports/<run-id>/index.html plus the PNG figures it shows.
+
+    rep = build_report("runs/quickstart-cpu", "reports/quickstart-cpu")
+    rep.sections          # [Section(title, items)], what the report notebook displays inline
+    rep.html_path         # reports/<run-id>/index.html
+
+Read from the files the stages wrote (manifest.json, each stage's stage.json and outputs):
+  - engine yield per round with rejection reasons and failure categories (synthesize/rounds.csv)
+  - SFT loss curves (<sft stage>/model/loss_curve.json), and where the SFT data came from
+  - GRPO reward and filtered-fraction curves (<grpo stage>/metrics.jsonl)
+  - pass^k per evaluation, a bootstrap 95% interval on pass^1 over tasks and trials, the user
+    deviation rate, and the paper's numbers for the same domain beside ours (kit/runner/paper.py)
+  - for an ablation: pass^1 per arm with its interval, next to the paper's ablation numbers
+  - every warning a stage raised (e.g. a fallback to gold SFT data), the stages, the manifest.
+Figures are matplotlib PNGs (no W&B needed to read the report).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+
+from kit.runner import paper
+from kit.runner.manifest import read_json, write_json
+
+FAILURE_COLUMNS = ["failures_task", "failures_agent", "failures_user", "failures_undetermined"]
+
+
+@dataclass
+class Section:
+    title: str
+    items: list[tuple[str, Any]] = field(default_factory=list)  # ("text"|"table"|"figure"|"html"|"pre", value)
+
+    def text(self, s: str) -> "Section":
+        self.items.append(("text", s))
+        return self
+
+    def table(self, df: pd.DataFrame) -> "Section":
+        self.items.append(("table", df))
+        return self
+
+    def figure(self, path: Path) -> "Section":
+        self.items.append(("figure", Path(path)))
+        return self
+
+
+@dataclass
+class Report:
+    run_id: str
+    title: str
+    sections: list[Section]
+    html_path: Path
+    figures: list[Path]
+    data: dict
+
+
+# ----- statistics --------------------------------------------------------------------------------
+
+
+def bootstrap_pass1(episodes: pd.DataFrame, n: int = 2000, ci: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """pass^1 and a percentile bootstrap interval, resampling tasks, then trials within each task."""
+    import numpy as np
+
+    if episodes is None or not len(episodes):
+        return (math.nan, math.nan, math.nan)
+    groups = [np.asarray(g["reward"].to_numpy() == 1.0, dtype=float) for _, g in episodes.groupby("task_id")]
+    point = float(np.mean([g.mean() for g in groups]))
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n)
+    k = len(groups)
+    for b in range(n):
+        picks = rng.integers(0, k, size=k)
+        stats[b] = np.mean([groups[i][rng.integers(0, len(groups[i]), size=len(groups[i]))].mean() for i in picks])
+    lo, hi = np.quantile(stats, [(1 - ci) / 2, 1 - (1 - ci) / 2])
+    return point, float(lo), float(hi)
+
+
+# ----- reading a run -----------------------------------------------------------------------------
+
+
+def _stage_dir(entry: dict) -> Optional[Path]:
+    nb = entry.get("executed_notebook")
+    if entry.get("shared_with"):
+        return Path(entry["shared_with"])
+    return Path(nb).parent if nb else None
+
+
+def collect(run_dir: str | Path) -> dict:
+    """Everything the report shows, as plain data frames and dicts."""
+    run_dir = Path(run_dir)
+    m = read_json(run_dir / "manifest.json") or {}
+    out: dict[str, Any] = {"manifest": m, "engine": [], "sft": [], "grpo": [], "evals": [], "warnings": []}
+    for e in m.get("stages", []):
+        if e.get("status") not in ("complete", "shared"):
+            continue
+        d = _stage_dir(e)
+        if d is None:
+            continue
+        info = read_json(d / "stage.json") or {}
+        for w in info.get("warnings") or []:
+            out["warnings"].append({"stage": e["key"], "warning": w})
+        common = {"key": e["key"], "id": e["id"], "arm": e.get("arm"), "dir": d, "summary": info.get("summary") or {},
+                  "params": e.get("params") or {}}
+        if e["stage"] == "synthesize" and (d / "rounds.csv").exists():
+            out["engine"].append({**common, "rounds": pd.read_csv(d / "rounds.csv")})
+        elif e["stage"] in ("sft_user", "sft_agent"):
+            curve = read_json(d / "model" / "loss_curve.json") or []
+            out["sft"].append({**common, "role": e["stage"][4:], "curve": curve,
+                               "metrics": read_json(d / "model" / "sft_metrics.json") or {}})
+        elif e["stage"] == "grpo" and (d / "metrics.jsonl").exists():
+            rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+            out["grpo"].append({**common, "history": pd.DataFrame(rows)})
+        elif e["stage"] == "evaluate" and (d / "eval.json").exists():
+            ev = read_json(d / "eval.json") or {}
+            out["evals"].append({**common, "passk": {int(k): v for k, v in (ev.get("passk") or {}).items()},
+                                 "meta": ev.get("meta") or {}, "episodes": pd.DataFrame(ev.get("episodes") or [])})
+    # engine runs shared between arms appear once per arm in the manifest: keep one
+    for name in ("engine", "sft", "grpo", "evals"):
+        seen, uniq = set(), []
+        for x in out[name]:
+            if str(x["dir"]) not in seen:
+                seen.add(str(x["dir"]))
+                uniq.append(x)
+            elif name == "evals":
+                uniq.append(x)  # an arm's evaluation shared with another arm still is that arm's number
+        out[name] = uniq
+    return out
+
+
+# ----- figures -----------------------------------------------------------------------------------
+
+
+def _fig(w: float = 7.0, h: float = 3.6):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=100)
+    return fig
+
+
+def _save(fig, path: Path) -> Path:
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in fig.axes:
+        if ax.get_xlabel() in ("round", "step", "optimizer step"):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
+
+
+def fig_engine(runs: list[dict], path: Path) -> Path:
+    fig = _fig(10, 3.6)
+    ax1, ax2 = fig.subplots(1, 2)
+    for r in runs:
+        df = r["rounds"]
+        lab = r["key"]
+        ax1.plot(df["round"], df["proposals"], "o--", label=f"{lab}: proposals")
+        ax1.plot(df["round"], df["accepted"], "o-", label=f"{lab}: accepted")
+    ax1.set_xlabel("round")
+    ax1.set_ylabel("tasks")
+    ax1.set_title("engine yield per round")
+    ax1.legend(fontsize=7)
+    df = runs[-1]["rounds"]
+    cols = [c for c in FAILURE_COLUMNS if c in df.columns]
+    bottom = None
+    for c in cols:
+        vals = df[c].fillna(0).to_numpy()
+        ax2.bar(df["round"], vals, bottom=bottom, label=c.replace("failures_", ""))
+        bottom = vals if bottom is None else bottom + vals
+    ax2.set_xlabel("round")
+    ax2.set_ylabel("failed rollouts")
+    ax2.set_title(f"failure attribution ({runs[-1]['key']})")
+    if cols:
+        ax2.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def fig_sft(runs: list[dict], path: Path) -> Path:
+    fig = _fig()
+    ax = fig.subplots()
+    for r in runs:
+        if r["curve"]:
+            steps, losses = zip(*r["curve"])
+            ax.plot(steps, losses, "o-", ms=3, label=f"{r['key']} ({r['summary'].get('data_source', '?')})")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("completion-token loss")
+    ax.set_title("SFT loss")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def fig_grpo(runs: list[dict], path: Path) -> Path:
+    fig = _fig(10, 3.6)
+    ax1, ax2 = fig.subplots(1, 2)
+    for r in runs:
+        h = r["history"]
+        if "reward/mean" in h:
+            ax1.plot(h["step"], h["reward/mean"], "o-", label=r["key"])
+        if "groups/filtered_frac" in h:
+            ax2.plot(h["step"], h["groups/filtered_frac"], "o-", label=r["key"])
+    ax1.set(xlabel="step", ylabel="mean reward", title="GRPO reward", ylim=(-0.05, 1.05))
+    ax2.set(xlabel="step", ylabel="fraction of groups dropped", title="dynamic filtering", ylim=(-0.05, 1.05))
+    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def fig_pass1(rows: pd.DataFrame, path: Path, title: str = "pass^1 with 95% interval") -> Path:
+    fig = _fig(max(5.0, 1.2 * len(rows) + 2), 3.6)
+    ax = fig.subplots()
+    x = range(len(rows))
+    y = rows["pass^1"].to_numpy() * 100
+    lo = (rows["pass^1"] - rows["ci_low"]).clip(lower=0).to_numpy() * 100
+    hi = (rows["ci_high"] - rows["pass^1"]).clip(lower=0).to_numpy() * 100
+    ax.bar(x, y, yerr=[lo, hi], capsize=4, color="#4472c4")
+    for i, v in enumerate(y):
+        ax.text(i, v + 0.5, f"{v:.1f}%", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(rows["evaluation"], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("pass^1 (%)")
+    ax.set_title(title)
+    ax.set_ylim(0, max(5.0, float((rows["ci_high"].max() or 0) * 100) + 5))
+    return _save(fig, path)
+
+
+def fig_ablation(rows: pd.DataFrame, path: Path, paper_metric: str) -> Path:
+    fig = _fig(10, 3.8)
+    ax1, ax2 = fig.subplots(1, 2)
+    x = list(range(len(rows)))
+    y = rows["ours pass^1 (%)"].to_numpy()
+    err = [(rows["ours pass^1 (%)"] - rows["ci low (%)"]).clip(lower=0).to_numpy(),
+           (rows["ci high (%)"] - rows["ours pass^1 (%)"]).clip(lower=0).to_numpy()]
+    ax1.bar(x, y, yerr=err, capsize=4, color="#4472c4")
+    for i, v in enumerate(y):
+        ax1.text(i, (0 if pd.isna(v) else v) + 0.5, "n/a" if pd.isna(v) else f"{v:.1f}", ha="center", fontsize=8)
+    ax1.set_xticks(x)
+    ax1.set_xticklabels(rows["arm"], rotation=20, ha="right", fontsize=8)
+    ax1.set(ylabel="pass^1 (%)", title="this run (95% bootstrap interval)")
+    ax1.set_ylim(0, max(5.0, float(rows["ci high (%)"].max()) + 5))
+    py = rows["paper (%)"]
+    ax2.bar(x, py.fillna(0).to_numpy(), color="#a5a5a5")
+    for i, v in enumerate(py):
+        ax2.text(i, (0 if pd.isna(v) else v) + 1, "n/a" if pd.isna(v) else f"{v:.1f}", ha="center", fontsize=8)
+    ax2.set_xticks(x)
+    ax2.set_xticklabels(rows["paper arm"].fillna(rows["arm"]), rotation=20, ha="right", fontsize=8)
+    ax2.set(ylabel="pass^1 (%)", title=f"paper: {paper_metric}"[:70], ylim=(0, 105))
+    return _save(fig, path)
+
+
+# ----- tables ------------------------------------------------------------------------------------
+
+
+def eval_table(evals: list[dict], n_boot: int, ci: float) -> pd.DataFrame:
+    rows = []
+    for ev in evals:
+        p1, lo, hi = bootstrap_pass1(ev["episodes"], n_boot, ci)
+        meta, pk = ev["meta"], ev["passk"]
+        label = ev["summary"].get("label") or ev["params"].get("label") or ev["key"]
+        row = {"evaluation": label, "arm": ev["arm"], "domain": meta.get("domain"), "tasks": meta.get("tasks"),
+               "trials": meta.get("trials"), "pass^1": pk.get(1, p1), "ci_low": lo, "ci_high": hi}
+        for k in sorted(pk):
+            if k > 1:
+                row[f"pass^{k}"] = pk[k]
+        row.update({"user deviation rate": meta.get("user_deviation_rate"), "agent": meta.get("model"),
+                    "user simulator": meta.get("user_model"), "T": meta.get("temperature"),
+                    "tau2": meta.get("tau2_version")})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _short(spec: Any, run_dir: Path) -> str:
+    s = str(spec)
+    for prefix in ("hf:", "vllm:", ""):
+        if s.startswith(prefix + str(run_dir)):
+            return prefix + "<run>" + s[len(prefix + str(run_dir)):]
+    return s
+
+
+# ----- HTML --------------------------------------------------------------------------------------
+
+CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+h1{border-bottom:2px solid #4472c4}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:13px;margin:.6em 0}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f0f3fa}td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+.warn{border:3px solid #c00;background:#fee;padding:.6em;margin:.4em 0;font-weight:bold}
+pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:12px}.muted{color:#777;font-size:12px}.tbl{overflow-x:auto}
+"""
+
+
+# After load, the page marks itself: every figure decoded (a headless browser test reads this).
+SELF_CHECK = """<script>
+window.addEventListener("load", function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var broken = imgs.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
+  document.body.setAttribute("data-figures", String(imgs.length));
+  document.body.setAttribute("data-broken-figures", broken.map(function (i) { return i.alt; }).join(","));
+  document.body.setAttribute("data-loaded", "true");
+});
+</script>"""
+
+
+def _item_html(kind: str, value: Any, out_dir: Path) -> str:
+    if kind == "text":
+        return f"<p>{value}</p>"  # our own strings; they may carry simple markup
+    if kind == "warn":
+        return f'<div class="warn">{html.escape(str(value))}</div>'
+    if kind == "table":
+        table = value.to_html(index=False, na_rep="–", float_format=lambda v: f"{v:.4g}", border=0, escape=True)
+        return f'<div class="tbl">{table}</div>'
+
+    if kind == "figure":
+        rel = Path(value).name
+        return f'<img src="{html.escape(rel)}" alt="{html.escape(rel)}">'
+    if kind == "pre":
+        return f"<pre>{html.escape(str(value))}</pre>"
+    if kind == "details":
+        summary, body = value
+        return f"<details><summary>{html.escape(summary)}</summary><pre>{html.escape(body)}</pre></details>"
+    return str(value)
+
+
+def render_html(title: str, sections: list[Section], out_dir: Path, subtitle: str = "") -> Path:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>",
+             f"<p class='muted'>{subtitle}</p>"]
+    for s in sections:
+        parts.append(f"<h2>{html.escape(s.title)}</h2>")
+        parts += [_item_html(k, v, out_dir) for k, v in s.items]
+    parts.append(SELF_CHECK)
+    parts.append("</body></html>")
+    path = out_dir / "index.html"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
+
+
+# ----- the report --------------------------------------------------------------------------------
+
+
+def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[str] = None, ci: float = 0.95,
+                 bootstrap: int = 2000) -> Report:
+    run_dir, out = Path(run_dir), Path(report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = collect(run_dir)
+    m = data["manifest"]
+    recipe = m.get("recipe", {})
+    spec = recipe.get("parsed") or {}
+    run_id = m.get("run_id", run_dir.name)
+    title = title or f"{run_id}: {spec.get('name', '')}".strip(": ")
+    sections: list[Section] = []
+    figures: list[Path] = []
+
+    # -- overview
+    ov = Section("Run")
+    ov.text(html.escape(spec.get("description") or ""))
+    done = [s for s in m.get("stages", []) if s.get("status") in ("complete", "shared")]
+    ov.table(pd.DataFrame([{
+        "run id": run_id, "recipe": recipe.get("path"), "stages complete": f"{len(done)}/{len(m.get('stages', []))}",
+        "git commit": ((m.get("git") or {}).get("commit") or "?")[:12] + (" (dirty)" if (m.get("git") or {}).get("dirty") else ""),
+        "tau2": m.get("tau2_version"), "W&B": f"{(m.get('wandb') or {}).get('mode')} / group {run_id}",
+    }]))
+    sections.append(ov)
+
+    # -- warnings first: a fallback must never be missed
+    if data["warnings"]:
+        w = Section("Warnings")
+        for x in data["warnings"]:
+            w.items.append(("warn", f"{x['stage']}: {x['warning']}"))
+        sections.append(w)
+
+    # -- ablation comparison
+    arms = spec.get("arms") or []
+    if arms and data["evals"]:
+        comp = spec.get("comparison") or {}
+        ab = Section("Ablation: pass^1 per arm")
+        rows = []
+        for arm in arms:
+            evs = [e for e in data["evals"] if e["arm"] == arm["name"]]
+            if not evs:
+                rows.append({"arm": arm.get("label") or arm["name"], "ours pass^1 (%)": math.nan, "ci low (%)": math.nan,
+                             "ci high (%)": math.nan, "tasks": None, "trials": None,
+                             "paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper")})
+                continue
+            ev = evs[-1]
+            p1, lo, hi = bootstrap_pass1(ev["episodes"], bootstrap, ci)
+            rows.append({"arm": arm.get("label") or arm["name"], "ours pass^1 (%)": 100 * p1, "ci low (%)": 100 * lo,
+                         "ci high (%)": 100 * hi, "tasks": ev["meta"].get("tasks"), "trials": ev["meta"].get("trials"),
+                         "user deviation rate": ev["meta"].get("user_deviation_rate"),
+                         "paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper")})
+        df = pd.DataFrame(rows)
+        ab.text(f"Ours: pass^1 of each arm's last evaluation, with a {int(ci * 100)}% percentile bootstrap interval "
+                f"({bootstrap} resamples of tasks, then of trials within each task). Paper: "
+                f"{html.escape(comp.get('paper_metric') or 'see PAPER.md')} — source: "
+                f"{html.escape(comp.get('paper_source') or paper.SOURCE)}. The paper's numbers come from "
+                "Qwen3 models on 64+ H200s; ours from this recipe's models and sizes: compare directions, not levels.")
+        if comp.get("note"):
+            ab.text(html.escape(comp["note"]))
+        ab.table(df)
+        figures.append(fig_ablation(df, out / "ablation.png", comp.get("paper_metric") or ""))
+        ab.figure(figures[-1])
+        sections.append(ab)
+        data["ablation"] = df
+
+    # -- evaluation
+    if data["evals"]:
+        ev = Section("Evaluation: pass^k")
+        table = eval_table(data["evals"], bootstrap, ci)
+        data["eval_table"] = table
+        shown = table.copy()
+        for c in ("agent", "user simulator"):
+            shown[c] = shown[c].map(lambda s: _short(s, run_dir))
+        if not shown["arm"].notna().any():
+            shown = shown.drop(columns=["arm"])
+        ev.text(f"pass^k as τ²-bench defines it (mean over tasks of C(c,k)/C(n,k)); {int(ci * 100)}% bootstrap "
+                "interval on pass^1 over tasks and trials. User deviation rate: share of episodes in which the "
+                "user simulator broke its instructions (kit/rollout/fidelity.py). The user simulator is recorded "
+                "with every number (the paper does not publish its own).")
+        ev.table(shown)
+        figures.append(fig_pass1(table, out / "pass1.png"))
+        ev.figure(figures[-1])
+        for dom in sorted({d for d in table["domain"].dropna()}):
+            rows = paper.main_table(dom)
+            if rows:
+                ours = ", ".join(f"{html.escape(str(row['evaluation']))}: {100 * row['pass^1']:.1f}%"
+                                 for _, row in table[table["domain"] == dom].iterrows())
+                ev.text(f"The paper's τ²-bench pass^1 on <b>{html.escape(dom)}</b> ({html.escape(paper.SOURCE)}), "
+                        f"beside ours ({ours}):")
+                ev.table(pd.DataFrame(rows))
+            else:
+                ev.text(f"The paper publishes no numbers for domain '{html.escape(dom)}' "
+                        "(it reports airline, retail and telecom).")
+        sections.append(ev)
+
+    # -- engine
+    if data["engine"]:
+        en = Section("Data engine: yield per round")
+        en.text("From the synthesize stage's rounds.csv: proposals, accepted tasks, rejection reasons, rollouts, "
+                "and failed rollouts attributed to the task, the agent or the user.")
+        for r in data["engine"]:
+            df = r["rounds"]
+            cols = [c for c in ["round", "plans", "proposals", "built", "accepted", "acceptance_rate", "episodes",
+                                "pass_rate", *FAILURE_COLUMNS, "user_deviation_rate", "diversity", "sft_agent",
+                                "sft_user", "wall_s"] if c in df.columns]
+            en.text(f"<b>{html.escape(r['key'])}</b>")
+            en.table(df[cols])
+            rej = [c for c in df.columns if c.startswith("reject_")]
+            if rej:
+                en.text("rejection reasons per round:")
+                en.table(df[["round", *rej]])
+        figures.append(fig_engine(data["engine"], out / "engine.png"))
+        en.figure(figures[-1])
+        sections.append(en)
+
+    # -- SFT
+    if data["sft"]:
+        sf = Section("SFT: loss curves")
+        rows = []
+        for r in data["sft"]:
+            s, mt = r["summary"], r["metrics"]
+            rows.append({"stage": r["key"], "data": s.get("data_source"), "samples": mt.get("samples"),
+                         "steps": mt.get("steps"), "first loss": mt.get("first_loss"), "final loss": mt.get("final_loss"),
+                         "tokens trained": mt.get("tokens_trained"), "wall s": mt.get("wall_time_s"),
+                         "start model": _short(r["params"].get("model"), run_dir)})
+        sf.table(pd.DataFrame(rows))
+        figures.append(fig_sft(data["sft"], out / "sft_loss.png"))
+        sf.figure(figures[-1])
+        sections.append(sf)
+
+    # -- GRPO
+    if data["grpo"]:
+        gr = Section("GRPO: reward and dynamic filtering")
+        rows = []
+        for r in data["grpo"]:
+            h, s = r["history"], r["summary"]
+            rows.append({"stage": r["key"], "steps": len(h), "user simulator": s.get("user_tag"),
+                         "tasks from": s.get("task_source"),
+                         "reward first": h["reward/mean"].iloc[0] if "reward/mean" in h and len(h) else None,
+                         "reward last": h["reward/mean"].iloc[-1] if "reward/mean" in h and len(h) else None,
+                         "filtered frac (mean)": h["groups/filtered_frac"].mean() if "groups/filtered_frac" in h else None,
+                         "skipped steps": int(h["skipped"].sum()) if "skipped" in h else None,
+                         "user deviation rate": h["user/deviation_rate"].mean() if "user/deviation_rate" in h else None})
+        gr.text("Per step: mean checker reward over every rollout drawn (kept or filtered), and the fraction of "
+                "groups dynamic filtering dropped (all rewards equal: no learning signal).")
+        gr.table(pd.DataFrame(rows))
+        figures.append(fig_grpo(data["grpo"], out / "grpo.png"))
+        gr.figure(figures[-1])
+        sections.append(gr)
+
+    # -- stages
+    st = Section("Stages")
+    st.table(pd.DataFrame([{"stage": s["key"], "status": s.get("status"), "wall s": s.get("wall_s"),
+                            "fingerprint": s.get("fingerprint"),
+                            "executed notebook": _short(s.get("executed_notebook") or s.get("shared_with"), run_dir)}
+                           for s in m.get("stages", [])]))
+    sections.append(st)
+
+    # -- manifest
+    mn = Section("Manifest")
+    pk = m.get("packages") or {}
+    mn.table(pd.DataFrame([{"package": k, "version": v} for k, v in pk.items() if v]))
+    mrows = []
+    for spec_, d in (m.get("models") or {}).items():
+        files = d.get("files") or {}
+        weights = {k: v for k, v in files.items() if k.endswith((".safetensors", ".bin", ".gguf"))}
+        mrows.append({"model": _short(spec_, run_dir), "kind": d.get("kind"), "id": d.get("id"),
+                      "weights sha256": ", ".join(f"{k}:{v[:12]}" for k, v in weights.items())
+                      or (d.get("gguf_sha256") or "")[:12] or d.get("note", "")})
+    if mrows:
+        mn.table(pd.DataFrame(mrows))
+    mn.table(pd.DataFrame([{"stage": k, "seed": v} for k, v in (m.get("seeds") or {}).items()]))
+    slim = {k: v for k, v in m.items() if k not in ("stages",)}
+    slim["recipe"] = {k: v for k, v in (m.get("recipe") or {}).items() if k != "parsed"}
+    mn.items.append(("details", ("manifest.json (the run's full record; also next to this page)",
+                                 json.dumps(slim, indent=1, default=str))))
+    sections.append(mn)
+
+    write_json(out / "manifest.json", m)
+    subtitle = (f"recipe {html.escape(str(recipe.get('path')))} · generated from {html.escape(str(run_dir))} · "
+                f"figures are PNGs beside this page")
+    path = render_html(title, sections, out, subtitle)
+    return Report(run_id, title, sections, path, figures, data)
+
+
+def display_report(rep: Report) -> None:
+    """Show a report's sections inline in a notebook (tables, figures, warnings)."""
+    from IPython.display import HTML, Image, Markdown, display
+
+    for s in rep.sections:
+        display(Markdown(f"## {s.title}"))
+        for kind, value in s.items:
+            if kind == "table":
+                display(value)
+            elif kind == "figure":
+                display(Image(filename=str(value)))
+            elif kind in ("text", "warn"):
+                display(HTML(_item_html(kind, value, rep.html_path.parent)))
+            elif kind == "details":
+                display(HTML(_item_html(kind, value, rep.html_path.parent)))

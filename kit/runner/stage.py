@@ -1,0 +1,176 @@
+"""What a stage notebook calls around its own work: parameters, seeds, W&B, warnings, stage.json.
+
+    st = begin("sft_agent", globals())   # validate this notebook's parameters, seed, make out_dir
+    st.warn("...")                       # loud in the notebook, recorded in stage.json, manifest, report
+    run = st.wandb()                     # this stage's W&B run (group = run id), or None
+    st.finish(outputs={"model": ...}, summary={...})   # stage.json: what the runner checks to skip
+
+A notebook opened by hand in JupyterLab runs with its parameters cell's defaults: `begin` then
+makes up a run id ("notebook") and writes under runs/notebook/<stage>.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+from kit.runner.manifest import now, write_json
+from kit.runner.stages import RUNNER_FIELDS, STAGES
+
+BANNER = "!" * 100
+
+
+class Stage:
+    def __init__(self, stage: str, params: dict, runner: dict):
+        self.stage = stage
+        self.params = params
+        self.run_id = runner.get("run_id") or "notebook"
+        self.stage_id = runner.get("stage_id") or stage
+        self.arm = runner.get("arm")
+        self.out_dir = Path(runner.get("out_dir") or Path("runs") / self.run_id / self.stage_id).resolve()
+        self.run_dir = Path(runner.get("run_dir") or self.out_dir.parent).resolve()
+        self.wandb_group = runner.get("wandb_group") or self.run_id
+        self.fingerprint = runner.get("fingerprint")
+        self.warnings: list[str] = []
+        self.started = now()
+        self._t0 = time.perf_counter()
+        self._wandb: Any = None
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def key(self) -> str:
+        return f"{self.arm}/{self.stage_id}" if self.arm else self.stage_id
+
+    # -- loud, recorded warnings ------------------------------------------------------------
+    def warn(self, message: str) -> None:
+        """Print a banner the reader cannot miss; the text goes to stage.json, the manifest and the report."""
+        self.warnings.append(message)
+        print(f"\n{BANNER}\nWARNING ({self.key}): {message}\n{BANNER}\n", flush=True)
+        try:
+            from IPython.display import HTML, display
+
+            display(HTML(f'<div style="border:3px solid #c00;background:#fee;padding:8px;font-weight:bold">'
+                         f'WARNING ({self.key}): {message}</div>'))
+        except Exception:  # outside IPython
+            pass
+
+    # -- W&B ---------------------------------------------------------------------------------
+    def wandb(self, config: Optional[dict] = None):
+        """This stage's W&B run in the run's group (offline unless WANDB_MODE says otherwise), or None."""
+        if self._wandb is not None:
+            return self._wandb
+        if os.environ.get("WANDB_MODE") == "disabled":
+            return None
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_SILENT", "true")
+        try:
+            import wandb
+
+            self._wandb = wandb.init(project="kit", group=self.wandb_group, job_type=self.stage,
+                                     name=f"{self.run_id}/{self.key}", dir=str(self.out_dir),
+                                     config={**self.params, **(config or {})}, reinit="finish_previous")
+        except Exception as e:  # tracking must never cost a run
+            self.warn(f"W&B could not start ({type(e).__name__}: {e}); the report still has every figure")
+            self._wandb = None
+        return self._wandb
+
+    def log(self, data: dict, step: Optional[int] = None) -> None:
+        run = self.wandb()
+        if run is not None:
+            run.log({k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                    step=step)
+
+    # -- the end -----------------------------------------------------------------------------
+    def finish(self, outputs: Optional[dict] = None, summary: Optional[dict] = None) -> dict:
+        """Write stage.json (status complete, outputs, summary, warnings); close the W&B run."""
+        outputs = {k: str(v) for k, v in (outputs or {}).items()}
+        missing = [k for k, v in outputs.items() if not Path(v).exists()]
+        if missing:
+            raise FileNotFoundError(f"stage {self.key}: outputs not written: {', '.join(missing)}")
+        info = {"status": "complete", "stage": self.stage, "id": self.stage_id, "arm": self.arm,
+                "run_id": self.run_id, "fingerprint": self.fingerprint, "params": self.params,
+                "outputs": outputs, "summary": summary or {}, "warnings": self.warnings,
+                "started": self.started, "finished": now(), "wall_s": round(time.perf_counter() - self._t0, 1)}
+        if self._wandb is not None:
+            info["wandb"] = {"id": getattr(self._wandb, "id", None), "dir": str(getattr(self._wandb, "dir", ""))}
+            try:
+                self._wandb.summary.update({k: v for k, v in (summary or {}).items()
+                                            if isinstance(v, (int, float, str))})
+                self._wandb.finish()
+            except Exception:
+                pass
+        write_json(self.out_dir / "stage.json", info)
+        print(f"stage {self.key}: complete -> {self.out_dir}")
+        return info
+
+
+def begin(stage: str, namespace: dict) -> Stage:
+    """Validate the notebook's parameters (from `namespace`, its globals()) against the stage's
+    schema, set seeds and torch threads, and make the stage's folder."""
+    schema = STAGES[stage]
+    params = schema.model_validate({k: namespace[k] for k in schema.model_fields if k in namespace}).model_dump()
+    runner = {k: namespace.get(k) for k in RUNNER_FIELDS}
+    st = Stage(stage, params, runner)
+    seed = params.get("seed", 0)
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover
+        pass
+    if params.get("threads") or stage != "report":
+        import torch
+
+        torch.manual_seed(seed)
+        if params.get("threads"):
+            torch.set_num_threads(int(params["threads"]))
+    os.environ.setdefault("WANDB_MODE", "offline")
+    warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
+    print(f"stage {st.key} ({stage}) of run {st.run_id} -> {st.out_dir}")
+    print(json.dumps(params, indent=1, default=str))
+    return st
+
+
+def model_spec(value: str, backend: str = "hf") -> str:
+    """A model parameter as a kit.llm backend spec: folders get `backend:` in front."""
+    if value == "embedded" or value.startswith(("hf:", "vllm:", "openai:")):
+        return value
+    return f"{backend}:{value}"
+
+
+def model_folder(value: str) -> str:
+    """The local HF folder a training stage starts from ('embedded' -> the converted SmolLM2)."""
+    if value in ("embedded", "hf:embedded"):
+        from kit.llm import ensure_embedded_model
+
+        return str(ensure_embedded_model())
+    if value.startswith("openai:"):
+        raise ValueError(f"training needs a local HF model folder, not an endpoint ({value})")
+    for prefix in ("hf:", "vllm:"):
+        if value.startswith(prefix):
+            value = value[len(prefix):]
+    if not Path(value).expanduser().is_dir():
+        raise FileNotFoundError(f"model folder not found: {value}")
+    return str(Path(value).expanduser())
+
+
+def split_tasks(domain: Any, split: Optional[str], st: Optional[Stage] = None, purpose: str = "") -> tuple[list, str]:
+    """(tasks, what they are) of a split; a domain without that split (mock has only its default
+    set) gives its default set, flagged through `st.warn`: those are also the evaluation tasks."""
+    try:
+        tasks = domain.tasks(split)
+        if tasks:
+            return tasks, f"split '{split}'"
+    except Exception:
+        pass
+    tasks = domain.tasks("default")
+    if st is not None:
+        st.warn(f"domain '{domain.name}' has no split '{split}': {purpose} uses its default task set "
+                f"({len(tasks)} tasks), which is also what `evaluate` scores by default (train/test overlap)")
+    return tasks, "default set, no split " + repr(split)

