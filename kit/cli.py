@@ -9,6 +9,7 @@
   kit eval --domain D (--split S | --tasks FILE) --model M --user-model U --trials N
   kit checker sandbox --code FILE.py            run check() sandboxed; one JSON verdict line
   kit checker mutate --domain D --task-id ID    mutation report of a task's checker
+  kit run RECIPE.yaml [--run-id ID] [--set K=V]  validate a recipe, run its stage notebooks, render the report
 """
 
 from __future__ import annotations
@@ -222,6 +223,37 @@ def _cmd_checker_mutate(args: argparse.Namespace) -> int:
     return 0 if rep.accepted else 1
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from kit.runner import RecipeError, load_recipe, parse_override
+    from kit.runner.execute import Runner, StageFailed
+
+    try:
+        overrides = dict(parse_override(x) for x in args.set or [])
+        recipe = load_recipe(args.recipe, overrides)
+    except (RecipeError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.validate:
+        for ps in recipe.plan:
+            refs = ", ".join(f"{k}<-{v}" for k, v in ps.refs.items())
+            print(f"{ps.key:<28} {ps.stage:<11} {refs}")
+        print(f"{args.recipe}: valid ({len(recipe.plan)} stages)")
+        return 0
+    run_id = args.run_id or recipe.name
+    if args.new:
+        run_id = f"{run_id}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        res = Runner(recipe, run_id, args.runs_dir, args.reports_dir, force=tuple(args.force or ())).run()
+    except StageFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"[kit run] done in {res.wall_s:.0f}s: {len(res.executed)} executed, {len(res.skipped)} already complete, "
+          f"{len(res.shared)} shared; manifest {res.run_dir / 'manifest.json'}")
+    if res.report_html:
+        print(f"[kit run] report: {res.report_html}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -289,6 +321,18 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("run")
     au.add_argument("--register", action="append")
     au.set_defaults(fn=_cmd_audit)
+
+    rn = sub.add_parser("run", help="run a recipe: stage notebooks via papermill, resumable, then the report")
+    rn.add_argument("recipe", help="recipes/<name>.yaml")
+    rn.add_argument("--run-id", default=None, help="runs/<run-id>/ (default: the recipe's name; rerun = resume)")
+    rn.add_argument("--new", action="store_true", help="a fresh run: append a timestamp to the run id")
+    rn.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="override: domain=airline, base_model=/models/x, defaults.threads=2, <stage id>.<param>=4")
+    rn.add_argument("--force", action="append", metavar="STAGE_KEY", help="rerun this stage even if complete")
+    rn.add_argument("--validate", action="store_true", help="validate and print the plan; run nothing")
+    rn.add_argument("--runs-dir", default="runs")
+    rn.add_argument("--reports-dir", default="reports")
+    rn.set_defaults(fn=_cmd_run)
 
     ck = sub.add_parser("checker", help="sandboxed checkers and mutation testing")
     cks = ck.add_subparsers(dest="checker", required=True)
