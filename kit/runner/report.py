@@ -220,7 +220,7 @@ def fig_pass1(rows: pd.DataFrame, path: Path, title: str = "pass^1 with 95% inte
     hi = (rows["ci_high"] - rows["pass^1"]).clip(lower=0).to_numpy() * 100
     ax.bar(x, y, yerr=[lo, hi], capsize=4, color="#4472c4")
     for i, v in enumerate(y):
-        ax.text(i, v + 0.5, f"{v:.1f}%", ha="center", va="bottom", fontsize=8)
+        ax.text(i + 0.06, v + 0.5, f"{v:.1f}%", ha="left", va="bottom", fontsize=8)
     ax.set_xticks(list(x))
     ax.set_xticklabels(rows["evaluation"], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("pass^1 (%)")
@@ -238,7 +238,7 @@ def fig_ablation(rows: pd.DataFrame, path: Path, paper_metric: str) -> Path:
            (rows["ci high (%)"] - rows["ours pass^1 (%)"]).clip(lower=0).to_numpy()]
     ax1.bar(x, y, yerr=err, capsize=4, color="#4472c4")
     for i, v in enumerate(y):
-        ax1.text(i, (0 if pd.isna(v) else v) + 0.5, "n/a" if pd.isna(v) else f"{v:.1f}", ha="center", fontsize=8)
+        ax1.text(i + 0.06, (0 if pd.isna(v) else v) + 0.5, "n/a" if pd.isna(v) else f"{v:.1f}", ha="left", fontsize=8)
     ax1.set_xticks(x)
     ax1.set_xticklabels(rows["arm"], rotation=20, ha="right", fontsize=8)
     ax1.set(ylabel="pass^1 (%)", title="this run (95% bootstrap interval)")
