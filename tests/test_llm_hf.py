@@ -176,17 +176,22 @@ def test_prefix_cache_greedy_outputs_match_uncached(backend):
     assert _tokens(on.generate_batch(SHARED, TOOLS, greedy)) == _tokens(expected)
     stats = on.prefix_cache.stats
     assert (stats["misses"], stats["computed_tokens"]) == (1, shared)  # prefilled once for the batch
-    # a single row extends the stored prefix: only its own tail is prefilled (all but its last token)
+    assert stats["row_partial"] == 4  # then each row prefilled only its own tail
+    # each finished row was stored (prompt + completion): asked again, a row prefills its last token only
+    prefilled = on.stats.prefill_tokens
     assert _tokens(on.generate_batch(SHARED[2:3], TOOLS, greedy)) == _tokens(expected[2:3])
-    assert (stats["extends"], stats["computed_tokens"]) == (1, len(rows[2]) - 1)
-    # n > 1: the whole prompt but its last token is shared
+    assert (stats["row_hits"], stats["computed_tokens"], on.stats.prefill_tokens - prefilled) == (1, shared, 1)
+    # n > 1: every sample starts from the stored prompt
     params = {**greedy, "n": 3, "max_new_tokens": 6}
     assert _tokens(on.generate_batch(SHARED[1:2], TOOLS, params)) == _tokens(off.generate_batch(SHARED[1:2], TOOLS, params))
-    # rows sharing only the template's first few tokens fall back to plain batching
+    assert stats["row_hits"] == 4
+    # rows sharing only the template's first few tokens are prefilled whole, nothing is reused
     before = dict(stats)
     unrelated = [[{"role": "system", "content": s}, {"role": "user", "content": "Hi"}] for s in ("Be brief.", "Speak French.")]
     assert _tokens(on.generate_batch(unrelated, None, greedy)) == _tokens(off.generate_batch(unrelated, None, greedy))
-    assert stats == before
+    lookups = ("hits", "extends", "misses", "computed_tokens", "reused_tokens")
+    assert [stats[k] for k in lookups] == [before[k] for k in lookups]
+    assert stats["row_misses"] == before["row_misses"] + 2
 
 
 def test_prefix_cache_is_not_reused_after_weights_change(backend):
@@ -194,23 +199,80 @@ def test_prefix_cache_is_not_reused_after_weights_change(backend):
     stats, greedy = on.prefix_cache.stats, {"temperature": 0, "max_new_tokens": 4}
     on.generate_batch(SHARED[:2], TOOLS, greedy)
     on.generate_batch(SHARED[:2], TOOLS, greedy)
-    assert (stats["misses"], stats["hits"]) == (1, 1)
+    assert (stats["misses"], stats["row_hits"]) == (1, 2)  # the second call found both prompts stored
     weight = backend.model.model.norm.weight
     saved = weight.detach().clone()
     try:
         with torch.no_grad():
             weight.add_(0.5)  # in place, as an optimizer step: detected through the version counter
         assert _tokens(on.generate_batch(SHARED[:2], TOOLS, greedy)) == _tokens(off.generate_batch(SHARED[:2], TOOLS, greedy))
-        assert (stats["misses"], stats["hits"]) == (2, 1)
+        assert (stats["misses"], stats["row_hits"]) == (2, 2)
         weight.data.mul_(1.5)  # through .data: no version bump, so the trainer calls invalidate()
         on.invalidate()
         assert not on.prefix_cache.entries
         on.generate_batch(SHARED[:2], TOOLS, greedy)
-        assert (stats["misses"], stats["hits"]) == (3, 1)
+        assert (stats["misses"], stats["row_hits"]) == (3, 2)
         backend.model.train()  # called while a trainer holds the model: nothing stored is trusted
         on.generate_batch(SHARED[:2], TOOLS, greedy)
-        assert (stats["misses"], stats["hits"]) == (4, 1) and backend.model.training
+        assert (stats["misses"], stats["row_hits"]) == (4, 2) and backend.model.training
     finally:
         backend.model.eval()
         with torch.no_grad():
             weight.copy_(saved)
+
+
+def test_fast_path_generates_what_model_generate_does(backend):
+    """Same greedy tokens, same seeded samples (temperature, top-p, the default top-k), same stop
+    strings as transformers' `model.generate`, with an empty and with a warm prefix cache."""
+    fast, slow = _fresh(backend), _fresh(backend, fast_decode=False, prefix_cache_min_tokens=0)
+    assert fast.fast_decode and not slow.fast_decode
+    for params in (
+        {"temperature": 0, "max_new_tokens": 12},
+        {"n": 2, "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 10, "seed": 3},
+        {"n": 2, "temperature": 1.0, "max_new_tokens": 8, "seed": 1234},
+        {"temperature": 0, "max_new_tokens": 20, "stop": [" "]},
+    ):
+        expected = _tokens(slow.generate_batch(CONVERSATIONS, TOOLS, params))
+        assert _tokens(fast.generate_batch(CONVERSATIONS, TOOLS, params)) == expected, params
+        assert _tokens(fast.generate_batch(CONVERSATIONS, TOOLS, params)) == expected, params  # from the cache
+
+
+def test_multi_turn_prefills_only_the_new_messages(backend):
+    """Turn 2 of each conversation reuses turn 1's prompt and completion; rows that finish early
+    leave the batch; greedy tokens are those of uncached `model.generate` on the full prompts."""
+    fast, slow = _fresh(backend), _fresh(backend, fast_decode=False, prefix_cache_min_tokens=0)
+    greedy = {"temperature": 0, "max_new_tokens": 12}
+    convs = [list(c) for c in SHARED]
+    for turn in range(2):
+        expected = slow.generate_batch(convs, TOOLS, greedy)
+        before = copy.copy(fast.stats)
+        got = fast.generate_batch(convs, TOOLS, greedy)
+        assert _tokens(got) == _tokens(expected), turn
+        for conv, (c,) in zip(convs, got):
+            conv += [c.to_message(), {"role": "user", "content": "And then?"}]
+    assert len({c.completion_tokens for (c,) in got}) > 1  # rows finished at different steps
+    prompt = fast.stats.prompt_tokens - before.prompt_tokens
+    prefilled = fast.stats.prefill_tokens - before.prefill_tokens
+    assert fast.stats.reused_tokens - before.reused_tokens == prompt - prefilled
+    assert prefilled <= 20 * len(convs)  # the new user message and the template tokens around it
+
+
+def test_prefix_store_keeps_the_longest_sequences_within_its_budget():
+    from kit.llm.prefix_cache import PrefixKVCache, _shared
+
+    def kv(n):
+        return [(torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))]
+
+    store = PrefixKVCache(max_entries=3, min_tokens=2, max_bytes=2 * 2 * 4 * 8)  # 8 tokens
+    store.put((1, 2, 3), kv(3))
+    store.put((1, 2, 3, 4, 5), kv(5))  # holds the first entry: it goes
+    assert list(store.entries) == [(1, 2, 3, 4, 5)] and store.nbytes == 2 * 2 * 4 * 5
+    assert store.match((1, 2, 3, 9)) == ((1, 2, 3, 4, 5), 3)
+    assert store.match((1, 2, 3, 4, 5, 6), limit=4) == ((1, 2, 3, 4, 5), 4)
+    assert store.match((1, 7)) == (None, 0)  # shorter than min_tokens
+    assert [k.shape[2] for k, _ in store.get((1, 2, 3, 4, 5), 2)] == [2]
+    store.put((6, 7, 8), kv(3))
+    store.put((9, 9, 9), kv(3))  # 11 tokens > 8: the least recently used entry goes
+    assert list(store.entries) == [(6, 7, 8), (9, 9, 9)] and store.stats["evicted"] == 1
+    for a, b in [((), (1,)), ((1, 2, 3), (1, 2, 3)), ((1, 2, 3, 4), (1, 2, 5)), (tuple(range(100)), tuple(range(57)) + (0,))]:
+        assert _shared(a, b) == next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))

@@ -1,12 +1,16 @@
 """`kit bench rollout`: one group of G episodes, batched vs one episode at a time.
 
 Both runs use the same backend, task, sampling and limits, in one process; the number is
-aggregate generated tokens per second (agent + user completions / wall time).
+aggregate generated tokens per second (agent + user completions / wall time). Backends that
+account for their generation time (HFBackend's `stats`, kit.llm.hf_generate.GenStats) also
+report where it went in each run: prefill, decode, other.
 """
 
 from __future__ import annotations
 
+import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kit.envs import load_domain
@@ -21,6 +25,8 @@ class RolloutBench:
     batched_s: float
     sequential_s: float
     tokens: tuple[int, int]
+    batched_profile: str = ""
+    sequential_profile: str = ""
 
     @property
     def speedup(self) -> float:
@@ -34,15 +40,32 @@ def _tokens(trajs) -> int:
     return sum(m.meta.get("completion_tokens") or 0 for t in trajs for m in t.messages)
 
 
+def _profile(backend, before) -> str:
+    """What the backend's generation stats gained since `before` (a copy), as one line."""
+    stats = getattr(backend, "stats", None)
+    if before is None or stats is None:
+        return ""
+    delta = copy.copy(stats)
+    for name, value in vars(stats).items():
+        if isinstance(value, (int, float)):
+            setattr(delta, name, value - getattr(before, name))
+    return delta.summary()
+
+
 def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int = 8, max_steps: int = 8,
-                  max_new_tokens: int = 64, seed: int = 0) -> RolloutBench:
+                  max_new_tokens: int = 64, seed: int = 0, log: Callable[[str], None] | None = print) -> RolloutBench:
+    """Run the group batched, then one episode at a time; `log` gets the backend's profile lines."""
     dom = load_domain(domain)
     task = dom.tasks()[task_index]
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
     cfg = RolloutConfig(max_steps=max_steps, seed=seed, agent_params=params, user_params=params)
+    snapshot = (lambda: copy.copy(backend.stats)) if hasattr(getattr(backend, "stats", None), "summary") else (lambda: None)
+    before = snapshot()
     t0 = time.perf_counter()
     batched = run_episodes(dom, [task] * group, backend, backend, cfg, progress=True)
     tb = time.perf_counter() - t0
+    batched_profile = _profile(backend, before)
+    before = snapshot()
     t0 = time.perf_counter()
     seq = []
     for i in range(group):
@@ -50,4 +73,8 @@ def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int
         seq += run_episodes(dom, [task], backend, backend, cfg_i, progress=False)
     ts = time.perf_counter() - t0
     nb, ns = _tokens(batched), _tokens(seq)
-    return RolloutBench(nb / tb, ns / ts, tb, ts, (nb, ns))
+    res = RolloutBench(nb / tb, ns / ts, tb, ts, (nb, ns), batched_profile, _profile(backend, before))
+    if log is not None and res.batched_profile:
+        log(f"batched profile: {res.batched_profile}")
+        log(f"one at a time profile: {res.sequential_profile}")
+    return res

@@ -1,18 +1,28 @@
 """transformers backend: batched generation for many conversations at once, CPU or GPU.
 
-`generate_batch` renders every conversation (kit.llm.prompting), repeats each prompt n times,
-left-pads the rows into one batch (chunks of `max_batch_size`) and runs one `model.generate`
-with the KV cache, so the G rollouts of a GRPO group advance together. With a seed, sampling
-runs under a forked torch RNG seeded with it: the same call gives the same completions, and the
-caller's global RNG is left as it was. (Outputs can depend on batch composition: padding
-changes float rounding. Same inputs, same outputs; not bit-equal to a batch of one.)
+`generate_batch` renders every conversation (kit.llm.prompting), repeats each prompt n times and
+generates for all rows together (chunks of `max_batch_size`), so the G rollouts of a GRPO group
+advance together. With a seed, sampling runs under a forked torch RNG seeded with it: the same call
+gives the same completions, and the caller's global RNG is left as it was. (Outputs can depend on
+batch composition and on what the prefix cache holds: float rounding differs. Same inputs and
+cache, same outputs; not bit-equal to a batch of one.)
 
-Shared-prefix KV caching (kit.llm.prefix_cache): the longest token prefix common to all rows of a
-chunk (the system prompt with its tool schemas, or a whole prompt repeated n times) is prefilled
-once at batch 1, kept in a small LRU across calls and copied into each row's cache, so only the
-rows' own tails are prefilled. Rows are laid out [prefix][left pads][own tokens]; positions come
-from the attention mask, so they continue across the pads. Stored states are dropped when the
-weights change (see `invalidate`).
+Two generation paths, same sampling (transformers' temperature and top-p warpers, multinomial or
+argmax, `StopStringCriteria`):
+
+* fast (kit.llm.hf_generate), for full-attention decoders with plain sampling settings: each row
+  reuses the KV states of its longest known token prefix from the prefix cache (the previous turn
+  of the same conversation: prompt and completion; or the system prompt shared by the batch), only
+  the rows' new tokens are prefilled (grouped by length, little padding), keys/values are written
+  in place (kit.llm.row_cache: no per-step cache copy) and finished rows leave the batch. Each
+  finished row's states go back to the prefix cache for its next turn.
+* `model.generate` otherwise (sliding-window or hybrid models, a generation_config with repetition
+  penalties etc., or `fast_decode=False`): rows are left-padded; the prefix common to all rows of
+  a chunk is taken from the prefix cache, copied into each row's cache, and only the tails are
+  prefilled. Rows are laid out [prefix][left pads][own tokens]; positions come from the attention
+  mask, so they continue across the pads.
+
+Stored states are dropped when the weights change (see `invalidate`).
 
 Simplified on purpose: no streaming, no per-conversation tools (a group shares its task's
 tools), and stop strings end a row only at token boundaries; the text is cut at the stop string.
@@ -28,7 +38,15 @@ from typing import Any
 from kit.llm.prefix_cache import PrefixKVCache, common_prefix_len
 from kit.llm.prompting import render_prompt, resolve_tool_mode
 from kit.llm.toolcalls import CLOSE, OPEN, parse_tool_calls
-from kit.llm.types import Backend, Completion, Message, SamplingParams, ToolMode, ToolSchema, as_params
+from kit.llm.types import (
+    Backend,
+    Completion,
+    Message,
+    SamplingParams,
+    ToolMode,
+    ToolSchema,
+    as_params,
+)
 
 
 class HFBackend(Backend):
@@ -42,7 +60,10 @@ class HFBackend(Backend):
         tool_mode: "auto" | "native" | "prompt" (see kit.llm.prompting).
         max_batch_size: most rows (conversation x sample) in one generate call.
         prefix_cache_min_tokens: shortest shared token prefix worth caching; 0 or None disables it.
-        prefix_cache_size: most prefixes kept (LRU); 0 disables it.
+        prefix_cache_size: most token sequences whose KV states are kept (LRU); 0 disables caching.
+        prefix_cache_bytes: most bytes of KV states kept (LRU).
+        fast_decode: use kit.llm.hf_generate where the model and sampling settings allow it;
+            False always uses `model.generate`.
 
     Trainers that update the weights through `param.data` (which bumps no version counter) must call
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
@@ -59,10 +80,15 @@ class HFBackend(Backend):
         tool_mode: ToolMode = "auto",
         max_batch_size: int = 64,
         prefix_cache_min_tokens: int | None = 32,
-        prefix_cache_size: int = 4,
+        prefix_cache_size: int = 64,
+        prefix_cache_bytes: int = 4 << 30,
+        fast_decode: bool = True,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from kit.llm import row_cache
+        from kit.llm.hf_generate import GenStats
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         if model is None:
@@ -86,10 +112,13 @@ class HFBackend(Backend):
         self.max_batch_size = max_batch_size
         self.tool_mode = resolve_tool_mode(tokenizer, tool_mode)
         self.prefix_cache = (
-            PrefixKVCache(prefix_cache_size, prefix_cache_min_tokens)
+            PrefixKVCache(prefix_cache_size, prefix_cache_min_tokens, prefix_cache_bytes)
             if prefix_cache_min_tokens and prefix_cache_size
             else None
         )
+        self.fast_decode = fast_decode and row_cache.supports(model)
+        self.stats = GenStats()  # where generation time went (fast path)
+        self._stop_criteria: dict[tuple[str, ...], Any] = {}
 
         gc = model.generation_config
         eos = gc.eos_token_id if gc.eos_token_id is not None else tokenizer.eos_token_id
@@ -144,7 +173,13 @@ class HFBackend(Backend):
         return results
 
     def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        from kit.llm.hf_generate import effective_config, plain_sampling
+
         gen = self._generation_config(params)
+        if self.fast_decode:
+            effective = effective_config(self.model, gen)
+            if plain_sampling(effective):
+                return self._generate_fast(prompts, params, effective)
         extra = {"tokenizer": self.tokenizer} if params.stop else {}
         if self.prefix_cache is not None:
             rows = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
@@ -160,6 +195,38 @@ class HFBackend(Backend):
         new_tokens = out[:, enc["input_ids"].shape[1] :].tolist()
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
         return [self._completion(ids, int(n), params.stop) for ids, n in zip(new_tokens, prompt_lens)]
+
+    def _generate_fast(self, prompts: list[str], params: SamplingParams, gen: Any) -> list[Completion]:
+        """kit.llm.hf_generate: per-row prefix reuse, ragged prefill, finished rows leave the batch."""
+        from kit.llm.hf_generate import Sampler, generate_rows
+
+        rows = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        new_tokens = generate_rows(
+            self.model,
+            rows,
+            sampler=Sampler(gen),
+            max_new_tokens=params.max_new_tokens,
+            eos_ids=self.eos_ids,
+            pad_id=self.pad_id,
+            store=self.prefix_cache,
+            stop_criteria=self._stop_strings(params.stop),
+            eager_mask=self.model.config._attn_implementation == "eager",
+            stats=self.stats,
+        )
+        return [self._completion(ids, len(row), params.stop) for ids, row in zip(new_tokens, rows)]
+
+    def _stop_strings(self, stop: list[str]) -> Any:
+        """transformers' StopStringCriteria for `stop` (built once per set: it scans the vocabulary)."""
+        key = tuple(s for s in stop if s)
+        if not key:
+            return None
+        if key not in self._stop_criteria:
+            from transformers import StopStringCriteria
+
+            if len(self._stop_criteria) >= 8:
+                self._stop_criteria.clear()
+            self._stop_criteria[key] = StopStringCriteria(self.tokenizer, list(key))
+        return self._stop_criteria[key]
 
     def _generate_from_prefix(self, rows, shared, kv, gen, extra, params) -> list[Completion]:
         """Generate with the first `shared` tokens of every row already in `kv` (batch-1 states)."""
@@ -192,7 +259,9 @@ class HFBackend(Backend):
             do_sample=sample,
             temperature=params.temperature if sample else None,
             top_p=params.top_p if sample else None,
-            top_k=None,  # OpenAI semantics: no top-k unless asked (transformers defaults to 50)
+            # unset: model.generate (and so the fast path) fills in the model's top_k, else transformers'
+            # default, 50 -- not OpenAI's "no top-k"
+            top_k=None,
             num_return_sequences=1,
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos_ids),

@@ -1,0 +1,306 @@
+"""Batched generation for HFBackend with per-row KV reuse, ragged prefill and finished-row dropping.
+
+`generate_rows(model, rows, ...)` samples a completion for every row of token ids, as
+`model.generate` does for a left-padded batch, but organised for multi-turn rollouts on small
+hardware:
+
+1. Reuse. Each row takes the longest prefix of its tokens that the `PrefixKVCache` holds (a
+   previous turn of the same conversation, or the system prompt it shares with other rows), and
+   a prefix common to all rows that nothing holds yet is prefilled once, at batch 1.
+2. Ragged prefill. Only the rows' remaining tails are run through the model, in groups of rows
+   with similar tail lengths (little padding) and chunks of at most `chunk` columns. Tails are
+   left-aligned to the chunk's end so the last column holds every row's last prompt token and only
+   its logits are computed. Keys/values go into a `RowCache` at each row's own slots.
+3. Decode. All unfinished rows advance together, one token per step. A row that emits an end
+   token, matches a stop string or reaches `max_new_tokens` is finished: its states
+   (prompt + completion) are stored in the `PrefixKVCache` for the next turn and it leaves the
+   batch, so the remaining steps cost less.
+
+Sampling is `model.generate`'s: the same effective generation config (`effective_config`: unset
+fields take the model's and transformers' defaults), logits in float32 through transformers'
+temperature, top-k and top-p warpers, softmax and `torch.multinomial` over the whole batch (greedy:
+argmax), `StopStringCriteria` for stop strings. For the same logits and seed it draws the same
+tokens as `model.generate`. The caller decides when this path applies (`plain_sampling`,
+`row_cache.supports`) and otherwise calls `model.generate`. Rows come back as `model.generate`
+returns them: generated ids, padded with `pad_id` to the longest row.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import GenerationConfig
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from kit.llm.prefix_cache import PrefixKVCache, common_prefix_len
+from kit.llm.row_cache import RowCache
+
+# generation_config fields that make `model.generate` add logits processors or decode otherwise, with
+# their neutral values; a model whose (effective) generation config sets any of them is served by
+# `model.generate` instead
+_NEUTRAL = {
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0), "encoder_no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None,), "force_words_ids": (None,), "min_length": (None, 0), "min_new_tokens": (None, 0),
+    "forced_bos_token_id": (None,), "forced_eos_token_id": (None,), "remove_invalid_values": (None, False),
+    "exponential_decay_length_penalty": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+    "sequence_bias": (None,), "guidance_scale": (None, 1.0), "min_p": (None,), "typical_p": (None, 1.0),
+    "epsilon_cutoff": (None, 0.0), "eta_cutoff": (None, 0.0), "top_h": (None,), "renormalize_logits": (None, False),
+    "watermarking_config": (None,), "num_beams": (None, 1), "penalty_alpha": (None,), "dola_layers": (None,),
+    "prompt_lookup_num_tokens": (None,), "assistant_early_exit": (None,), "num_return_sequences": (None, 1),
+    "output_scores": (None, False), "output_logits": (None, False), "return_dict_in_generate": (None, False),
+}
+
+
+def effective_config(model: Any, gen: GenerationConfig) -> GenerationConfig | None:
+    """`gen` with the defaults `model.generate` fills in (unset fields come from the model's
+    generation_config, then transformers' global defaults, e.g. top_k=50); None if unknown."""
+    prepare = getattr(model, "_prepare_generation_config", None)
+    if prepare is None:
+        return None
+    try:
+        return prepare(gen)[0]
+    except Exception:  # noqa: BLE001 -- another transformers version: let model.generate decide
+        return None
+
+
+def plain_sampling(gen: GenerationConfig | None) -> bool:
+    """True when the effective config `gen` asks for nothing but greedy decoding or
+    temperature / top-k / top-p sampling (what `Sampler` does)."""
+    return gen is not None and all(getattr(gen, f, None) in ok for f, ok in _NEUTRAL.items())
+
+
+@dataclass
+class GenStats:
+    """Where generation time goes (accumulated over calls)."""
+
+    calls: int = 0
+    rows: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    prefill_tokens: int = 0  # tokens run through the model before decoding (shared prefixes included)
+    padded_tokens: int = 0  # of which padding
+    prefill_s: float = 0.0
+    decode_steps: int = 0
+    decode_rows: int = 0  # row-steps: tokens fed while decoding
+    decode_s: float = 0.0
+    other_s: float = 0.0  # cache assembly, export to the prefix store
+
+    def summary(self) -> str:
+        total = self.prefill_s + self.decode_s + self.other_s
+        share = (lambda s: f"{100 * s / total:.0f}%") if total else (lambda s: "-")
+        return (f"prefill {self.prefill_tokens} tok ({self.padded_tokens} pad) {self.prefill_s:.1f}s {share(self.prefill_s)}; "
+                f"decode {self.decode_rows} tok in {self.decode_steps} steps {self.decode_s:.1f}s {share(self.decode_s)}; "
+                f"other {self.other_s:.1f}s; reused {self.reused_tokens}/{self.prompt_tokens} prompt tokens")
+
+
+class Sampler:
+    """Token choice as `model.generate` makes it: greedy (argmax), or the warpers it builds for
+    temperature, top-k and top-p (in that order), softmax and `torch.multinomial`."""
+
+    def __init__(self, gen: GenerationConfig):
+        self.greedy = not gen.do_sample
+        self.processors = LogitsProcessorList()
+        if self.greedy:
+            return
+        if gen.temperature is not None and gen.temperature != 1.0:
+            self.processors.append(TemperatureLogitsWarper(gen.temperature))
+        if gen.top_k is not None and gen.top_k != 0:
+            self.processors.append(TopKLogitsWarper(top_k=gen.top_k))
+        if gen.top_p is not None and gen.top_p < 1.0:
+            self.processors.append(TopPLogitsWarper(top_p=gen.top_p))
+
+    def __call__(self, logits: torch.Tensor, rows: list[int], batch: int) -> torch.Tensor:
+        """Next tokens for `logits` [len(rows), vocab], the states of rows `rows` of a batch of `batch`.
+
+        Sampling draws over the whole batch, finished rows included (with a dummy distribution), as
+        `model.generate` does: torch.multinomial draws one random number per vocabulary entry and
+        row, so each row gets the random numbers of its own index, whichever rows are still active,
+        in what order, and however their prompts were prefilled.
+        """
+        scores = logits.to(dtype=torch.float32, copy=True)
+        if self.greedy:
+            return scores.argmax(dim=-1)
+        scores = self.processors(None, scores)
+        index = torch.tensor(rows, device=scores.device)
+        full = torch.zeros((batch, scores.shape[-1]), dtype=scores.dtype, device=scores.device)
+        full[index] = scores
+        return torch.multinomial(torch.softmax(full, dim=-1), num_samples=1).squeeze(1)[index]
+
+
+def _groups(tails: list[int], slack: float = 0.25, small: int = 32) -> list[tuple[int, int]]:
+    """Split rows sorted by tail length (longest first) into [start, end) groups whose padding
+    stays under `slack` of their real tokens; tails up to `small` tokens are always grouped (one
+    forward pass has a fixed cost that outweighs a little padding)."""
+    out, start = [], 0
+    while start < len(tails):
+        width, end, real = tails[start], start + 1, tails[start]
+        while end < len(tails) and (width <= small or (end + 1 - start) * width <= (1 + slack) * (real + tails[end])):
+            real += tails[end]
+            end += 1
+        out.append((start, end))
+        start = end
+    return out
+
+
+def generate_rows(
+    model: Any,
+    rows: list[list[int]],
+    *,
+    sampler: Sampler,
+    max_new_tokens: int,
+    eos_ids: set[int],
+    pad_id: int,
+    store: PrefixKVCache | None = None,
+    stop_criteria: Any = None,
+    chunk: int = 256,
+    eager_mask: bool = False,
+    stats: GenStats | None = None,
+) -> list[list[int]]:
+    """Generated ids for every row of prompt ids (see the module doc), padded to the longest row."""
+    stats = stats if stats is not None else GenStats()
+    device = next(model.parameters()).device
+    t0 = time.perf_counter()
+    stats.calls += 1
+    stats.rows += len(rows)
+    stats.prompt_tokens += sum(len(r) for r in rows)
+    rows = [tuple(r) for r in rows]
+
+    # 1. reuse: per row, the longest stored prefix (all but the last token: its logits are needed)
+    prefixes: list[tuple[Any, int]] = [(None, 0)] * len(rows)
+    if store is not None:
+        store.sync(model)
+        prefixes = [store.match(r, len(r) - 1) for r in rows]
+        shared = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
+        if len(rows) > 1 and shared >= store.min_tokens and any(n < shared for _, n in prefixes):
+            t1 = time.perf_counter()
+            before = store.stats["computed_tokens"]
+            if store.lookup(model, list(rows[0][:shared])) is not None:  # once for every row
+                prefixes = [store.match(r, len(r) - 1) for r in rows]
+            stats.prefill_tokens += store.stats["computed_tokens"] - before
+            stats.prefill_s += time.perf_counter() - t1
+            t0 += time.perf_counter() - t1  # not "other" time
+    reused = [n for _, n in prefixes]
+    stats.reused_tokens += sum(reused)
+    if store is not None:  # per row: whole prompt (but its last token) stored, a prefix of it, nothing
+        for r, n in zip(rows, reused):
+            store.stats["row_hits" if n == len(r) - 1 else "row_partial" if n else "row_misses"] += 1
+
+    # rows sorted by tail length (longest first): prefill groups are contiguous buffer rows
+    tails = [len(r) - n for r, n in zip(rows, reused)]
+    order = sorted(range(len(rows)), key=lambda i: -tails[i])
+    groups = _groups([tails[i] for i in order])
+    widths = {}
+    for a, b in groups:
+        for i in order[a:b]:
+            widths[i] = tails[order[a]]
+    capacity = max(max(reused[i] + widths[i] for i in order), max(len(r) for r in rows) + max_new_tokens)
+    cache = RowCache(model, len(rows), capacity)
+    cache.order = list(order)
+    for slot, i in enumerate(order):
+        key, n = prefixes[i]
+        if key is not None:
+            cache.load(slot, store.get(key, n), n)
+    dtype = next(model.parameters()).dtype
+    stats.other_s += time.perf_counter() - t0
+
+    # 2. ragged prefill, group by group, chunk by chunk; keep the last column's logits
+    t1 = time.perf_counter()
+    last_logits: list[torch.Tensor] = []
+    for a, b in groups:
+        members = order[a:b]
+        width = widths[members[0]]
+        ids = torch.full((b - a, width), pad_id, dtype=torch.long)
+        slots = torch.empty((b - a, width), dtype=torch.long)
+        for k, i in enumerate(members):
+            n, tail = reused[i], rows[i][reused[i]:]
+            pads = width - len(tail)
+            ids[k, pads:] = torch.tensor(tail)
+            slots[k, pads:] = torch.arange(n, n + len(tail))
+            slots[k, :pads] = torch.arange(n + len(tail), n + width)  # past the row's end: never seen
+        stats.prefill_tokens += sum(tails[i] for i in members)
+        stats.padded_tokens += sum(width - tails[i] for i in members)
+        ids, slots = ids.to(device), slots.to(device)
+        for c in range(0, width, chunk):
+            out = _forward(model, cache, ids[:, c : c + chunk], slots[:, c : c + chunk], a, dtype, eager_mask)
+        last_logits.append(out)
+    logits = torch.cat(last_logits)
+    stats.prefill_s += time.perf_counter() - t1
+
+    # 3. decode: rows leave the batch as they finish
+    t1 = time.perf_counter()
+    seqs = [list(rows[i]) for i in order]  # per active buffer row: prompt + generated
+    generated: dict[int, list[int]] = {}
+    new: list[list[int]] = [[] for _ in order]
+    export_s = 0.0
+    while True:
+        tokens = sampler(logits, cache.order, len(rows)).tolist()
+        finished = []
+        for k, tok in enumerate(tokens):
+            new[k].append(tok)
+            seqs[k].append(tok)
+            if tok in eos_ids or len(new[k]) >= max_new_tokens:
+                finished.append(k)
+        if stop_criteria is not None:
+            window = stop_criteria.maximum_token_len
+            recent = torch.tensor([[pad_id] * max(0, window - len(s)) + s[-window:] for s in seqs])
+            hits = stop_criteria(recent, None).tolist()
+            finished = sorted(set(finished) | {k for k, hit in enumerate(hits) if hit})
+        for k in sorted(finished, reverse=True):  # drop from the end: moved rows are still unfinished
+            te = time.perf_counter()
+            row = cache.order[k]
+            generated[row] = new[k]
+            fed = len(seqs[k]) - 1  # the last sampled token was never fed
+            if store is not None and fed >= store.min_tokens:
+                store.put(seqs[k][:-1], cache.export(k, fed))
+            cache.drop(k, len(seqs[-1]) - 1)  # the row moving into k has fed all but its last token
+            seqs[k], new[k] = seqs[-1], new[-1]
+            seqs.pop(), new.pop()
+            export_s += time.perf_counter() - te
+        active = cache.active
+        if not active:
+            break
+        step_ids = torch.tensor([[s[-1]] for s in seqs], device=device)
+        step_slots = torch.tensor([[len(s) - 1] for s in seqs], device=device)
+        logits = _forward(model, cache, step_ids, step_slots, 0, dtype, eager_mask)
+        stats.decode_steps += 1
+        stats.decode_rows += active
+    stats.decode_s += time.perf_counter() - t1 - export_s
+    stats.other_s += export_s
+
+    longest = max(len(g) for g in generated.values())
+    return [generated[i] + [pad_id] * (longest - len(generated[i])) for i in range(len(rows))]
+
+
+def _forward(model, cache: RowCache, ids, slots, first: int, dtype, eager: bool):
+    """One forward pass of buffer rows first..first+len(ids)-1 over `ids` written at `slots`;
+    logits of the last column only."""
+    cache.plan(slots, first)
+    out = model(
+        input_ids=ids,
+        position_ids=slots,
+        attention_mask=cache.mask(slots, dtype, eager),
+        cache=cache,
+        use_cache=True,
+        **_last_logits_only(model),
+    )
+    return out.logits[:, -1]
+
+
+def _last_logits_only(model) -> dict:
+    cls = type(model)
+    if cls not in _LOGITS_TO_KEEP:
+        _LOGITS_TO_KEEP[cls] = "logits_to_keep" in inspect.signature(model.forward).parameters
+    return {"logits_to_keep": 1} if _LOGITS_TO_KEEP[cls] else {}
+
+
+_LOGITS_TO_KEEP: dict[type, bool] = {}
