@@ -257,6 +257,29 @@ def test_multi_turn_prefills_only_the_new_messages(backend):
     assert prefilled <= 20 * len(convs)  # the new user message and the template tokens around it
 
 
+def test_rows_with_very_different_tails_are_prefilled_apart_and_in_chunks(backend):
+    """Three rows whose prompts are stored and one new row: the new row's long tail is prefilled on
+    its own (no padding), in chunks of 32 tokens, and the greedy tokens stay those of
+    `model.generate`."""
+    fast, slow = _fresh(backend, prefill_chunk=32), _fresh(backend, fast_decode=False, prefix_cache_min_tokens=0)
+    greedy = {"temperature": 0, "max_new_tokens": 8}
+    fast.generate_batch(SHARED[:3], TOOLS, greedy)
+    mixed = SHARED[:3] + CONVERSATIONS[3:]
+    before = copy.copy(fast.stats)
+    assert _tokens(fast.generate_batch(mixed, TOOLS, greedy)) == _tokens(slow.generate_batch(mixed, TOOLS, greedy))
+    assert fast.prefix_cache.stats["row_hits"] == 3 and fast.stats.padded_tokens == before.padded_tokens
+    new_row = len(fast.tokenizer(fast.render(CONVERSATIONS[3], TOOLS), add_special_tokens=False)["input_ids"])
+    assert fast.stats.prefill_tokens - before.prefill_tokens == new_row + 3
+
+
+def test_prefill_groups_bound_padding():
+    from kit.llm.hf_generate import _groups
+
+    assert _groups([100, 90, 10, 9, 1]) == [(0, 2), (2, 5)]  # short tails always go together
+    assert _groups([400, 100, 99]) == [(0, 1), (1, 3)]
+    assert _groups([5]) == [(0, 1)]
+
+
 def test_prefix_store_keeps_the_longest_sequences_within_its_budget():
     from kit.llm.prefix_cache import PrefixKVCache, _shared
 

@@ -61,9 +61,12 @@ class HFBackend(Backend):
         max_batch_size: most rows (conversation x sample) in one generate call.
         prefix_cache_min_tokens: shortest shared token prefix worth caching; 0 or None disables it.
         prefix_cache_size: most token sequences whose KV states are kept (LRU); 0 disables caching.
-        prefix_cache_bytes: most bytes of KV states kept (LRU).
+        prefix_cache_bytes: most bytes of KV states kept (LRU); default 4 GiB on CPU, a tenth of the
+            GPU's memory (at most 4 GiB) on GPU.
         fast_decode: use kit.llm.hf_generate where the model and sampling settings allow it;
             False always uses `model.generate`.
+        prefill_chunk: most prompt tokens per row in one forward pass of the fast path (bounds the
+            activations of long prompts).
 
     Trainers that update the weights through `param.data` (which bumps no version counter) must call
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
@@ -81,8 +84,9 @@ class HFBackend(Backend):
         max_batch_size: int = 64,
         prefix_cache_min_tokens: int | None = 32,
         prefix_cache_size: int = 64,
-        prefix_cache_bytes: int = 4 << 30,
+        prefix_cache_bytes: int | None = None,
         fast_decode: bool = True,
+        prefill_chunk: int = 256,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -111,11 +115,17 @@ class HFBackend(Backend):
         self.path = str(path) if path is not None else getattr(model, "name_or_path", "")
         self.max_batch_size = max_batch_size
         self.tool_mode = resolve_tool_mode(tokenizer, tool_mode)
+        if prefix_cache_bytes is None:
+            prefix_cache_bytes = 4 << 30
+            if self.device.type == "cuda":
+                total = torch.cuda.get_device_properties(self.device).total_memory
+                prefix_cache_bytes = min(prefix_cache_bytes, total // 10)
         self.prefix_cache = (
             PrefixKVCache(prefix_cache_size, prefix_cache_min_tokens, prefix_cache_bytes)
             if prefix_cache_min_tokens and prefix_cache_size
             else None
         )
+        self.prefill_chunk = prefill_chunk
         self.fast_decode = fast_decode and row_cache.supports(model)
         self.stats = GenStats()  # where generation time went (fast path)
         self._stop_criteria: dict[tuple[str, ...], Any] = {}
@@ -210,6 +220,7 @@ class HFBackend(Backend):
             pad_id=self.pad_id,
             store=self.prefix_cache,
             stop_criteria=self._stop_strings(params.stop),
+            chunk=self.prefill_chunk,
             eager_mask=self.model.config._attn_implementation == "eager",
             stats=self.stats,
         )
