@@ -143,12 +143,21 @@ def _fig(w: float = 7.0, h: float = 3.6):
     return fig
 
 
-def _save(fig, path: Path) -> Path:
+def _int_ticks(ax, values) -> None:
+    """Integer x ticks at the data (a single round or step would otherwise get ticks like -0.04)."""
     from matplotlib.ticker import MaxNLocator
 
-    for ax in fig.axes:
-        if ax.get_xlabel() in ("round", "step", "optimizer step"):
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    vals = sorted({int(v) for v in values if v == v})
+    if not vals:
+        return
+    if len(vals) <= 12:
+        ax.set_xticks(vals)
+        ax.set_xlim(vals[0] - 0.6, vals[-1] + 0.6)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, format="png")
     return path
@@ -171,8 +180,10 @@ def fig_engine(runs: list[dict], path: Path) -> Path:
     bottom = None
     for c in cols:
         vals = df[c].fillna(0).to_numpy()
-        ax2.bar(df["round"], vals, bottom=bottom, label=c.replace("failures_", ""))
+        ax2.bar(df["round"], vals, width=0.5, bottom=bottom, label=c.replace("failures_", ""))
         bottom = vals if bottom is None else bottom + vals
+    _int_ticks(ax1, [v for r in runs for v in r["rounds"]["round"]])
+    _int_ticks(ax2, df["round"])
     ax2.set_xlabel("round")
     ax2.set_ylabel("failed rollouts")
     ax2.set_title(f"failure attribution ({runs[-1]['key']})")
@@ -188,6 +199,7 @@ def fig_sft(runs: list[dict], path: Path) -> Path:
         if r["curve"]:
             steps, losses = zip(*r["curve"])
             ax.plot(steps, losses, "o-", ms=3, label=f"{r['key']} ({r['summary'].get('data_source', '?')})")
+    _int_ticks(ax, [st for r in runs for st, _ in (r["curve"] or [])])
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("completion-token loss")
     ax.set_title("SFT loss")
@@ -204,6 +216,9 @@ def fig_grpo(runs: list[dict], path: Path) -> Path:
             ax1.plot(h["step"], h["reward/mean"], "o-", label=r["key"])
         if "groups/filtered_frac" in h:
             ax2.plot(h["step"], h["groups/filtered_frac"], "o-", label=r["key"])
+    steps = [v for r in runs for v in (r["history"]["step"] if "step" in r["history"] else [])]
+    _int_ticks(ax1, steps)
+    _int_ticks(ax2, steps)
     ax1.set(xlabel="step", ylabel="mean reward", title="GRPO reward", ylim=(-0.05, 1.05))
     ax2.set(xlabel="step", ylabel="fraction of groups dropped", title="dynamic filtering", ylim=(-0.05, 1.05))
     ax1.legend(fontsize=7)
@@ -359,9 +374,10 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
     # -- overview
     ov = Section("Run")
     ov.text(html.escape(spec.get("description") or ""))
-    done = [s for s in m.get("stages", []) if s.get("status") in ("complete", "shared")]
+    before = [s for s in m.get("stages", []) if s.get("stage") != "report"]
+    done = [s for s in before if s.get("status") in ("complete", "shared")]
     ov.table(pd.DataFrame([{
-        "run id": run_id, "recipe": recipe.get("path"), "stages complete": f"{len(done)}/{len(m.get('stages', []))}",
+        "run id": run_id, "recipe": recipe.get("path"), "stages complete (before the report)": f"{len(done)}/{len(before)}",
         "git commit": ((m.get("git") or {}).get("commit") or "?")[:12] + (" (dirty)" if (m.get("git") or {}).get("dirty") else ""),
         "tau2": m.get("tau2_version"), "W&B": f"{(m.get('wandb') or {}).get('mode')} / group {run_id}",
     }]))
