@@ -248,6 +248,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except StageFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: run the same command again to resume ({args.runs_dir}/{run_id}/manifest.json)",
+              file=sys.stderr)
+        return 130
     print(f"[kit run] done in {res.wall_s:.0f}s: {len(res.executed)} executed, {len(res.skipped)} already complete, "
           f"{len(res.shared)} shared; manifest {res.run_dir / 'manifest.json'}")
     if res.report_html:
