@@ -61,7 +61,6 @@ TINY = """
 name: tiny-notebooks
 domain: mock
 base_model: embedded
-defaults: {threads: 2}
 stages:
   - stage: synthesize
     params: {rounds: 1, num_plans: 1, tasks_per_plan: 1, group_size: 1, max_steps: 2, max_new_tokens: 16,
