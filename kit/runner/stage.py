@@ -86,7 +86,7 @@ class Stage:
                     step=step)
 
     # -- the end -----------------------------------------------------------------------------
-    def finish(self, outputs: Optional[dict] = None, summary: Optional[dict] = None) -> dict:
+    def finish(self, outputs: Optional[dict] = None, summary: Optional[dict] = None) -> None:
         """Write stage.json (status complete, outputs, summary, warnings); close the W&B run."""
         outputs = {k: str(v) for k, v in (outputs or {}).items()}
         missing = [k for k, v in outputs.items() if not Path(v).exists()]
@@ -106,7 +106,6 @@ class Stage:
                 pass
         write_json(self.out_dir / "stage.json", info)
         print(f"stage {self.key}: complete -> {self.out_dir}")
-        return info
 
 
 def begin(stage: str, namespace: dict) -> Stage:
