@@ -103,8 +103,9 @@ def collect(run_dir: str | Path) -> dict:
         if d is None:
             continue
         info = read_json(d / "stage.json") or {}
-        for w in info.get("warnings") or []:
-            out["warnings"].append({"stage": e["key"], "warning": w})
+        if e.get("status") != "shared":  # a shared stage's warnings belong to the arm that ran it
+            for w in info.get("warnings") or []:
+                out["warnings"].append({"stage": e["key"], "warning": w})
         common = {"key": e["key"], "id": e["id"], "arm": e.get("arm"), "dir": d, "summary": info.get("summary") or {},
                   "params": e.get("params") or {}}
         if e["stage"] == "synthesize" and (d / "rounds.csv").exists():
