@@ -75,9 +75,13 @@ def test_ablation_arms_expand_with_overrides_and_skips(gpu_env):
     for arm in arms:
         ev = [s for s in r.plan if s.arm == arm and s.stage == "evaluate"]
         assert len(ev) == 1, arm
-    sft_arm = next(a for a in r.spec.arms if "grpo" in a.skip)
+    sft_arm = next(a for a in r.spec.arms if "grpo" in a.skip and "sft_agent" not in a.skip)
     ev = next(s for s in r.plan if s.arm == sft_arm.name and s.stage == "evaluate")
     assert ev.refs["model"].endswith("sft_agent")  # without grpo, the SFT checkpoint is evaluated
+    base_arm = next(a for a in r.spec.arms if "sft_agent" in a.skip)
+    ev = next(s for s in r.plan if s.arm == base_arm.name and s.stage == "evaluate")
+    assert "model" not in ev.refs and ev.params["model"] == r.spec.base_model  # nothing trained: the base model
+    assert not [s for s in r.plan if s.arm == base_arm.name and s.stage in ("sft_user", "sft_agent", "grpo")]
     raw = [s for s in r.plan if s.stage == "grpo" and s.params["user_model"] == r.spec.base_model]
     ft = [s for s in r.plan if s.stage == "grpo" and s.refs.get("user_model", "").endswith("sft_user")]
     assert raw and ft
