@@ -384,12 +384,15 @@ class Engine:
         total = self.cfg.rounds * self.cfg.num_plans
         bar = tqdm(total=total, desc=f"engine {self.cfg.domain}", disable=not self.progress,
                    initial=sum(1 for u in committed if int(u.split("-")[0][1:]) < self.cfg.rounds))
+        shown = {k: sum(u.get(k, 0) for u in committed.values()) for k in ("accepted", "episodes")}
         for r in range(self.cfg.rounds):
             plans = load_plans(self._plans_path(r))
             todo = [(p, plan) for p, plan in enumerate(plans) if unit_id(r, p) not in committed]
             for s in self._map_units(r, todo):
+                shown["accepted"] += s["accepted"]
+                shown["episodes"] += s["episodes"]
                 bar.update(1)
-                bar.set_postfix(round=r, accepted=s["accepted"], episodes=s["episodes"])
+                bar.set_postfix(round=r, **shown)  # run totals so far
             row, stats, examples, patterns = self._round_row(r, plans)
             rows.append(row)
             self._write_rounds(rows)
