@@ -230,11 +230,33 @@ def test_fast_path_generates_what_model_generate_does(backend):
         {"temperature": 0, "max_new_tokens": 12},
         {"n": 2, "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 10, "seed": 3},
         {"n": 2, "temperature": 1.0, "max_new_tokens": 8, "seed": 1234},
+        {"n": 2, "temperature": 1.0, "top_k": 0, "max_new_tokens": 8, "seed": 7},
         {"temperature": 0, "max_new_tokens": 20, "stop": [" "]},
     ):
         expected = _tokens(slow.generate_batch(CONVERSATIONS, TOOLS, params))
         assert _tokens(fast.generate_batch(CONVERSATIONS, TOOLS, params)) == expected, params
         assert _tokens(fast.generate_batch(CONVERSATIONS, TOOLS, params)) == expected, params  # from the cache
+
+
+def test_top_k_zero_samples_from_the_full_distribution(backend):
+    """Unset top_k keeps transformers' default cut (the 50 likeliest tokens); top_k=0 (what GRPO
+    rollouts use) samples from the whole softmax: at a very high temperature, tokens beyond the
+    top 50 come up."""
+    import torch
+
+    conv = CONVERSATIONS[0]
+    ids = backend.tokenizer(backend.render(conv, TOOLS), add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.inference_mode():
+        logits = backend.model(input_ids=ids).logits[0, -1]
+    top50 = {backend.tokenizer.decode([t]) for t in logits.topk(50).indices.tolist()} | {""}
+
+    def first_tokens(**kw):
+        params = {"n": 24, "temperature": 100.0, "max_new_tokens": 1, "seed": 0, **kw}
+        return [c.raw for c in backend.generate_batch([conv], TOOLS, params)[0]]
+
+    assert set(first_tokens()) <= top50
+    outside = [t for t in first_tokens(top_k=0) if t not in top50]
+    assert len(outside) >= 12, outside  # ~all 24 under a near-uniform softmax over 49k tokens
 
 
 def test_multi_turn_prefills_only_the_new_messages(backend):

@@ -270,9 +270,9 @@ class HFBackend(Backend):
             do_sample=sample,
             temperature=params.temperature if sample else None,
             top_p=params.top_p if sample else None,
-            # unset: model.generate (and so the fast path) fills in the model's top_k, else transformers'
-            # default, 50 -- not OpenAI's "no top-k"
-            top_k=None,
+            # None: model.generate (and so the fast path) fills in the model's top_k, else transformers'
+            # default, 50 -- not OpenAI's "no top-k"; 0 turns top-k off
+            top_k=params.top_k if sample else None,
             num_return_sequences=1,
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos_ids),

@@ -171,6 +171,8 @@ class OpenAIBackend(Backend):
         }
         if params.stop:
             payload["stop"] = params.stop
+        if params.top_k is not None:  # not an OpenAI field: vLLM and SGLang read it (-1 = no top-k)
+            payload["top_k"] = params.top_k or -1
         if tools and self.tool_mode == "native":
             payload["tools"] = tools
         return {**payload, **self.extra_body}

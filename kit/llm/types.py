@@ -73,6 +73,10 @@ class SamplingParams(BaseModel):
     n: int = Field(default=1, ge=1, description="Completions per conversation.")
     temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy.")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=0, description=(
+        "Sample among the k likeliest tokens. 0: no top-k, the full distribution (what on-policy RL "
+        "needs: the loss scores tokens under the full softmax). None: the backend's default (hf: the "
+        "model's generation_config, else transformers' 50; vLLM: the model's; HTTP: the server's)."))
     max_new_tokens: int = Field(default=256, ge=1, description="Sent as `max_tokens` to HTTP servers.")
     seed: int | None = Field(default=None, description="Makes sampling reproducible where the backend allows.")
     stop: list[str] = Field(default_factory=list, description="Stop strings; not included in the output.")

@@ -97,6 +97,7 @@ class VLLMBackend(Backend):
         return results
 
     def _sampling(self, params: SamplingParams, seed: int | None) -> Any:
+        extra = {} if params.top_k is None else {"top_k": params.top_k or -1}  # vLLM: -1 = no top-k
         return self._vllm.SamplingParams(
             n=params.n,
             temperature=params.temperature,
@@ -104,6 +105,7 @@ class VLLMBackend(Backend):
             max_tokens=params.max_new_tokens,
             seed=seed,
             stop=params.stop or None,
+            **extra,
         )
 
     @staticmethod

@@ -85,6 +85,9 @@ class GRPOConfig:
     """Rollout sampling temperature (paper: 1.0; evaluation uses 0.6)."""
     top_p: float = 1.0
     """Rollout nucleus sampling."""
+    top_k: int = 0
+    """Rollout top-k; 0 = none. The loss scores sampled tokens under the full softmax, so rollouts
+    sample from it too (a top-k cut would make them off-policy)."""
     max_new_tokens: int = 192
     """Most tokens per assistant turn."""
     max_episode_steps: int = 30
@@ -215,7 +218,8 @@ class GRPOTrainer:
         c = self.cfg
         rc = RolloutConfig(
             max_steps=c.max_episode_steps, max_errors=c.max_errors, seed=seed, templates_dir=c.templates_dir,
-            agent_params=SamplingParams(temperature=c.temperature, top_p=c.top_p, max_new_tokens=c.max_new_tokens),
+            agent_params=SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
+                                        max_new_tokens=c.max_new_tokens),
             user_params=SamplingParams(temperature=c.user_temperature, max_new_tokens=c.user_max_new_tokens),
         )
         return run_episodes(self.domain, tasks, self.backend, self.user, rc, progress=False)
