@@ -21,7 +21,7 @@ from kit.engine.audit import audit_run
 from kit.engine.plans import PlanPair, Slice, diversity, similarity, tool_patterns
 from kit.engine.reflect import _edits
 from kit.engine.store import RunStore, read_jsonl
-from kit.engine.synthesize import Pool
+from kit.engine.synthesize import Pool, free_value_problem, strip_lead_in
 from kit.engine.validate import executable_checks
 from kit.envs import load_domain
 
@@ -44,6 +44,28 @@ def test_pool_matches_arguments_to_fields_by_name_and_stem():
 
 def _plan(i, tools, persona="p", edge="none", text="create a task for the user"):
     return PlanPair(id=f"plan{i}", slice=Slice("change", tools, persona, edge), synthesis=text, evaluation=text)
+
+
+def test_free_text_values_lose_lead_ins_and_prompt_echoes_are_refused():
+    """Values the embedded 135M model wrote for mock create_task.title in a laptop-scale run (runs/
+    user-model-laptop): half of them were the prompt's own words, which the SFT agent then learned."""
+    persona, dom = "A polite retiree who explains things at length", "mock"
+    assert strip_lead_in('The value of "title" is "QA (Business Improvement)') == "QA (Business Improvement)"
+    assert strip_lead_in('The title of the task is "Quarterly budget') == "Quarterly budget"
+    for good in ("Quarterly budget", "Call the plumber", "Blue winter jacket", "Book a flight to Paris", "Test task"):
+        assert free_value_problem(strip_lead_in(good), "title", persona, dom) == "", good
+    bad = {
+        "The value of title should be in a": "an unfinished phrase",  # after the lead-in: "in a"
+        "The value of 21": "echoes the question",
+        "A customer who explains things at length": "describes the customer, not a value",
+        "A first-time customer who is unsure of the": "describes the customer, not a value",
+        "A mock service client wants to create a": "describes the customer, not a value",
+        "A polite retiree who explains things at length": "copies the persona",
+        "You will be assigned a task to create": "an instruction, not a value",
+        "": "empty",
+    }
+    for text, why in bad.items():
+        assert free_value_problem(strip_lead_in(text), "title", persona, dom) == why, text
 
 
 def test_similarity_flags_near_duplicates_and_diversity_measures_spread():

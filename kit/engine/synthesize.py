@@ -10,7 +10,11 @@ offers, see kit/engine/choice.py):
                every result goes into the pool with the call that revealed it.
   2. actions   for each tool of the plan's pattern the model picks argument values: seen
                values of a field with the argument's name, the schema's enum, or — for free
-               text such as a title — a short value it writes itself.
+               text such as a title — a short value it writes itself; a written value that is
+               the prompt's own words (lead-ins like 'The value of "title" is', the persona,
+               "a customer who...", an unfinished phrase) is rewritten, up to 3 samples, then
+               an optional argument is left out and a required one ends the proposal
+               (`free_value_problem`).
   3. execute   the gold actions run in a fresh fork. A write that errors or changes nothing
                is *repaired*: its arguments are chosen again without the values that failed
                (at most `max_repairs` times); each repair is recorded.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -80,6 +85,45 @@ class Proposal:
 
 
 # ----- the value pool ----------------------------------------------------------------------------
+
+
+FREE_VALUE_TRIES = 3
+_DANGLING = {"a", "an", "the", "of", "in", "to", "and", "or", "for", "with", "on", "at", "by", "is", "be", "that"}
+_LEAD_IN = re.compile(
+    r"""^\s*(?:the\s+)?(?:value|title|name|text)\s+(?:of\s+)?(?:the\s+)?(?:["'`]?\w+["'`]?\s+)?"""
+    r"""(?:(?:of\s+the\s+)?task\s+)?(?:is|should\s+be|would\s+be|will\s+be|=|:)\s*""", re.I)
+
+
+def strip_lead_in(value: str) -> str:
+    """'The value of "title" is "Quarterly budget' -> 'Quarterly budget' (a 135M model often answers
+    with the question's own words around the value)."""
+    out = _LEAD_IN.sub("", value or "", count=1)
+    return out.strip(" \"'`*.,:;")
+
+
+def free_value_problem(value: str, param: str, persona: str, domain: str) -> str:
+    """Why a model-written free-text argument is unusable ("" when it is fine): empty, the prompt's
+    own words (the persona, 'a customer of the service', 'the value of ...') instead of a value."""
+    v = (value or "").strip()
+    if not v:
+        return "empty"
+    words = re.findall(r"[a-z0-9]+", v.lower())
+    if not words:
+        return "no letters or digits"
+    low = " ".join(words)
+    if re.match(r"(the )?(value|title|name) (of|should|is)\b", low):
+        return "echoes the question"
+    if re.match(r"an? (\w+ ){0,2}(customer|client|user|caller|person)\b", low) or f"{domain} service" in v.lower():
+        return "describes the customer, not a value"
+    if re.match(r"(you|i|we) (will|are|am|must|want|would|need|should)\b", low):
+        return "an instruction, not a value"
+    if words[-1] in _DANGLING:
+        return "an unfinished phrase"
+    persona_words = set(re.findall(r"[a-z0-9]+", (persona or "").lower()))
+    content = [w for w in words if len(w) > 2]
+    if len(content) >= 2 and sum(w in persona_words for w in content) / len(content) >= 0.6:
+        return "copies the persona"
+    return ""
 
 
 def _stem(name: str) -> str:
@@ -269,13 +313,21 @@ class Synthesizer:
                     tool_description=fn.get("description", ""), seen=pool.summary(), param=p,
                     param_description=desc), ["1", "2", "3"], what=f"{tool}.{p}")], None
             else:
-                v = self.chooser.write(self.prompts.render(
+                msgs = self.prompts.render(
                     "synth_free_value", domain=self.domain.name, tool=tool, tool_description=fn.get("description", ""),
-                    persona=persona, synthesis=plan.synthesis, param=p, param_description=desc),
-                    16, what=f"{tool}.{p} text", one_line=True)
+                    persona=persona, synthesis=plan.synthesis, param=p, param_description=desc)
+                problem = ""
+                for _ in range(FREE_VALUE_TRIES):  # a fresh sample each time (the chooser reseeds per call)
+                    v = strip_lead_in(self.chooser.write(msgs, 16, what=f"{tool}.{p} text", one_line=True))
+                    problem = free_value_problem(v, p, persona, self.domain.name)
+                    if not problem:
+                        break
+                    self.chooser.log.append({"what": f"{tool}.{p} text rejected", "text": problem})
+                else:
+                    if not required:  # an optional argument is left out rather than filled with noise
+                        continue
+                    raise _NoTask(f"free_value: no usable value for {tool}.{p} in {FREE_VALUE_TRIES} tries ({problem})")
                 src = None
-                if not v:
-                    raise _NoTask(f"empty_value: the model wrote no value for {tool}.{p}")
             args[p] = v
             sources[p] = src
         return args, sources
