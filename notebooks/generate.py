@@ -328,6 +328,8 @@ cfg = GRPOConfig(
     user_temperature=user_temperature, user_max_new_tokens=user_max_new_tokens, seed=seed, print_metrics=False,
 )
 trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn)
+if trainer.step_budget_warning:
+    st.warn(trainer.step_budget_warning)
 metrics_file = st.out_dir / "metrics.jsonl"
 metrics_file.write_text("")
 history = []
@@ -385,6 +387,8 @@ cfg = EvalConfig(domain=domain, model=agent_spec, user_model=user_spec, split=sp
                  max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size, limit=limit,
                  cross_check=cross_check, out_dir=str(st.out_dir))
 res = evaluate(cfg, progress=True)
+for w in res.meta.get("warnings") or []:
+    st.warn(w)
 print(res.summary_line())
 '''),
     md("## pass^k"),

@@ -5,7 +5,8 @@ import pytest
 from kit.envs import load_domain
 from kit.llm.toolcalls import parse_tool_calls
 from kit.llm.types import Backend, Completion
-from kit.rollout import RolloutConfig, ScriptedAgent, ScriptedUser, run_episodes
+from kit.rollout import (RolloutConfig, ScriptedAgent, ScriptedUser, min_episode_steps, run_episodes,
+                         step_budget_warning)
 from kit.rollout.fidelity import user_deviations
 from kit.trajectory import Message, Trajectory
 from kit.verify import same_verdict, tau2_verdict, verify
@@ -39,6 +40,23 @@ def test_scripted_gold_policy_reaches_reward_1_on_every_mock_task_through_the_fu
             want = 0.0 if task.id in BROKEN else 1.0
             assert verify(dom, task, traj).reward == want, task.id
             assert tau2_verdict("mock", task, traj)["reward"] == want
+
+
+def test_step_budget_fits_a_perfect_dialogue_and_a_tight_one_is_flagged():
+    """min_episode_steps bounds the gold (scripted) dialogue of every mock task: with exactly that
+    budget it still ends in a stop. A budget without slack is flagged (an evaluation at
+    max_steps=8 on mock gave reward 0 to every episode, all cut by max_steps)."""
+    dom = load_domain("mock")
+    tasks = dom.tasks()
+    for task in tasks:
+        cfg = RolloutConfig(max_steps=min_episode_steps(task))
+        (traj,) = run_episodes(dom, [task], ScriptedAgent(task), ScriptedUser(task), cfg, progress=False)
+        assert traj.meta["steps"] <= min_episode_steps(task), task.id
+        assert traj.termination_reason in ("agent_stop", "user_stop"), task.id
+    assert step_budget_warning(tasks, 30) is None
+    w = step_budget_warning(tasks, 8)
+    assert w.startswith("max_steps=8 is too tight for 7 of 9 tasks: a perfect dialogue needs 5 messages") and "score 0" in w
+    assert "cannot end before max_steps at all" in step_budget_warning(tasks, 4)
 
 
 def test_scripted_loop_with_user_device_tools_on_telecom():

@@ -14,6 +14,7 @@ records the model, the user simulator, sampling, trials and the tau2 version.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,9 +27,11 @@ from kit.envs import load_domain
 from kit.eval.passk import pass_k_table
 from kit.llm.types import SamplingParams
 from kit.rollout.fidelity import user_deviations
-from kit.rollout.loop import RolloutConfig, run_episodes
+from kit.rollout.loop import RolloutConfig, run_episodes, step_budget_warning
 from kit.trajectory import Trajectory
 from kit.verify import same_verdict, tau2_verdict, verify
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -128,6 +131,9 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         tasks = tasks[: cfg.limit]
     if not tasks:
         raise ValueError(f"no tasks to evaluate in domain '{cfg.domain}' (split={cfg.split}, file={cfg.tasks_file})")
+    budget_warning = step_budget_warning(tasks, cfg.max_steps)
+    if budget_warning:
+        log.warning(budget_warning)
     agent = agent or make_backend(cfg.model)
     user = user or (agent if cfg.user_model == cfg.model else make_backend(cfg.user_model))
     rcfg = RolloutConfig(
@@ -181,6 +187,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         "tau2_version": TAU2_VERSION, "domain": cfg.domain, "split": cfg.split, "tasks_file": cfg.tasks_file,
         "wall_s": round(time.perf_counter() - t0, 1),
         "user_deviation_rate": float((df["user_deviations"] > 0).mean()) if len(df) else None,
+        "warnings": [w for w in [budget_warning] if w],
     }
     if cfg.cross_check and len(df):
         meta["tau2_agreement"] = float(df["agree"].mean())

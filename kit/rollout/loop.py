@@ -39,6 +39,35 @@ from kit.trajectory import Message, ToolCall, Trajectory, messages_from_tau2
 TRANSFER_TOOL = "transfer_to_human_agents"
 
 
+STEP_SLACK = 4
+"""Spare messages a step budget should leave beyond a perfect dialogue (see step_budget_warning)."""
+
+
+def min_episode_steps(task) -> int:
+    """Steps (messages after the agent's greeting) a perfect dialogue takes to end with a stop, the
+    only endings that can score: the user's request, a call and its result per gold action, the
+    agent's answer and the user's stop. (A task without gold actions: 3.)"""
+    criteria = getattr(task, "evaluation_criteria", None)
+    actions = [a for a in (getattr(criteria, "actions", None) or []) if getattr(a, "requestor", "assistant") == "assistant"]
+    return 3 + 2 * len(actions)
+
+
+def step_budget_warning(tasks: list, max_steps: int, what: str = "max_steps") -> Optional[str]:
+    """A loud sentence when `max_steps` leaves fewer than STEP_SLACK spare messages beyond a perfect
+    dialogue for some tasks: their episodes end at max_steps, which scores 0 (tau2's rule), so a
+    reward of 0 would say nothing about the agent. None when the budget is fine."""
+    need = [min_episode_steps(t) for t in tasks]
+    short = [n for n in need if max_steps < n + STEP_SLACK]
+    if not short:
+        return None
+    impossible = sum(n > max_steps for n in need)
+    span = f"{min(short)}" if min(short) == max(short) else f"{min(short)}-{max(short)}"
+    return (f"{what}={max_steps} is too tight for {len(short)} of {len(need)} tasks: a perfect dialogue needs "
+            f"{span} messages and {STEP_SLACK} spare ones are advised"
+            + (f"; {impossible} cannot end before max_steps at all" if impossible else "")
+            + ". Episodes cut by max_steps score 0: raise it (tau2 uses 100).")
+
+
 @dataclass
 class RolloutConfig:
     """How episodes run. Field defaults suit the embedded CPU model."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import random
 import time
@@ -50,9 +51,12 @@ from typing import Any
 import torch
 
 from kit.llm.types import SamplingParams
+from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
 from kit.train.grpo_math import filter_groups, group_advantages, ppo_clip_loss
 from kit.train.sequences import RecordingHFBackend, Row, token_logprobs, trajectory_rows
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -182,6 +186,11 @@ class GRPOTrainer:
         self.tools = tools if tools is not None else (domain.tool_schemas("assistant") if domain else None)
         self._user = user
         self.rollout_fn = rollout_fn
+        # the kit's own rollouts: warn when the episode budget cannot fit a dialogue that scores
+        self.step_budget_warning = None if rollout_fn is not None else step_budget_warning(
+            self.tasks, self.cfg.max_episode_steps, "max_episode_steps")
+        if self.step_budget_warning:
+            log.warning(self.step_budget_warning)
         if reward_fn is None:
             from kit.verify import verify
 
