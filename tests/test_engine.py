@@ -21,7 +21,8 @@ from kit.engine.audit import audit_run
 from kit.engine.plans import PlanPair, Slice, diversity, similarity, tool_patterns
 from kit.engine.reflect import _edits
 from kit.engine.store import RunStore, read_jsonl
-from kit.engine.synthesize import Pool, free_value_problem, strip_lead_in
+from kit.engine.choice import strip_lead_in
+from kit.engine.synthesize import Pool, free_value_problem
 from kit.engine.validate import executable_checks
 from kit.envs import load_domain
 
@@ -53,7 +54,7 @@ def test_free_text_values_lose_lead_ins_and_prompt_echoes_are_refused():
     assert strip_lead_in('The value of "title" is "QA (Business Improvement)') == "QA (Business Improvement)"
     assert strip_lead_in('The title of the task is "Quarterly budget') == "Quarterly budget"
     for good in ("Quarterly budget", "Call the plumber", "Blue winter jacket", "Book a flight to Paris", "Test task"):
-        assert free_value_problem(strip_lead_in(good), "title", persona, dom) == "", good
+        assert free_value_problem(strip_lead_in(good), persona, dom) == "", good
     bad = {
         "The value of title should be in a": "an unfinished phrase",  # after the lead-in: "in a"
         "The value of 21": "echoes the question",
@@ -65,7 +66,7 @@ def test_free_text_values_lose_lead_ins_and_prompt_echoes_are_refused():
         "": "empty",
     }
     for text, why in bad.items():
-        assert free_value_problem(strip_lead_in(text), "title", persona, dom) == why, text
+        assert free_value_problem(strip_lead_in(text), persona, dom) == why, text
 
 
 def test_similarity_flags_near_duplicates_and_diversity_measures_spread():

@@ -142,6 +142,18 @@ class Chooser:
         return text
 
 
+_LEAD_IN = re.compile(
+    r"""^\s*(?:the\s+)?(?:value|title|name|text)\s+(?:of\s+)?(?:the\s+)?(?:["'`]?\w+["'`]?\s+)?"""
+    r"""(?:(?:of\s+the\s+)?task\s+)?(?:is|should\s+be|would\s+be|will\s+be|=|:)\s*""", re.I)
+
+
+def strip_lead_in(value: str) -> str:
+    """'The value of "title" is "Quarterly budget' -> 'Quarterly budget' (a 135M model often answers
+    with the question's own words around the value)."""
+    out = _LEAD_IN.sub("", value or "", count=1)
+    return out.strip(" \"'`*.,:;")
+
+
 def clean_text(text: str, one_line: bool = False) -> str:
     """Strip chat debris: tool-call tags, quotes, markdown, trailing half sentences."""
     text = re.sub(r"<tool_call>.*?(</tool_call>|$)", "", text, flags=re.S)
@@ -151,7 +163,7 @@ def clean_text(text: str, one_line: bool = False) -> str:
         text = re.sub(r"^[\w ]{1,20}:\s*", "", text.strip())  # "Title: ..." -> "..."
         text = re.split(r"(?<=[a-z0-9])[.!?;](\s|$)", text)[0]  # first sentence
         text = " ".join(text.split()[:8])  # a value, not a paragraph
-        return text.strip(" \"'*`.#-,")
+        return strip_lead_in(text.strip(" \"'*`.#-,"))
     text = re.sub(r"\s+", " ", text).strip(" \"'*`#")
     if len(text) > 400:
         text = text[:400]

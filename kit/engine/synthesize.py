@@ -14,7 +14,7 @@ offers, see kit/engine/choice.py):
                the prompt's own words (lead-ins like 'The value of "title" is', the persona,
                "a customer who...", an unfinished phrase) is rewritten, up to 3 samples, then
                an optional argument is left out and a required one ends the proposal
-               (`free_value_problem`).
+               (lead-ins go in `choice.clean_text`; the rest is `free_value_problem`).
   3. execute   the gold actions run in a fresh fork. A write that errors or changes nothing
                is *repaired*: its arguments are chosen again without the values that failed
                (at most `max_repairs` times); each repair is recorded.
@@ -84,24 +84,13 @@ class Proposal:
                 "state_changed": self.state_changed, "decisions": self.decisions}
 
 
-# ----- the value pool ----------------------------------------------------------------------------
-
+# ----- model-written free-text values --------------------------------------------------------------
 
 FREE_VALUE_TRIES = 3
 _DANGLING = {"a", "an", "the", "of", "in", "to", "and", "or", "for", "with", "on", "at", "by", "is", "be", "that"}
-_LEAD_IN = re.compile(
-    r"""^\s*(?:the\s+)?(?:value|title|name|text)\s+(?:of\s+)?(?:the\s+)?(?:["'`]?\w+["'`]?\s+)?"""
-    r"""(?:(?:of\s+the\s+)?task\s+)?(?:is|should\s+be|would\s+be|will\s+be|=|:)\s*""", re.I)
 
 
-def strip_lead_in(value: str) -> str:
-    """'The value of "title" is "Quarterly budget' -> 'Quarterly budget' (a 135M model often answers
-    with the question's own words around the value)."""
-    out = _LEAD_IN.sub("", value or "", count=1)
-    return out.strip(" \"'`*.,:;")
-
-
-def free_value_problem(value: str, param: str, persona: str, domain: str) -> str:
+def free_value_problem(value: str, persona: str, domain: str) -> str:
     """Why a model-written free-text argument is unusable ("" when it is fine): empty, the prompt's
     own words (the persona, 'a customer of the service', 'the value of ...') instead of a value."""
     v = (value or "").strip()
@@ -124,6 +113,9 @@ def free_value_problem(value: str, param: str, persona: str, domain: str) -> str
     if len(content) >= 2 and sum(w in persona_words for w in content) / len(content) >= 0.6:
         return "copies the persona"
     return ""
+
+
+# ----- the value pool ----------------------------------------------------------------------------
 
 
 def _stem(name: str) -> str:
@@ -318,8 +310,8 @@ class Synthesizer:
                     persona=persona, synthesis=plan.synthesis, param=p, param_description=desc)
                 problem = ""
                 for _ in range(FREE_VALUE_TRIES):  # a fresh sample each time (the chooser reseeds per call)
-                    v = strip_lead_in(self.chooser.write(msgs, 16, what=f"{tool}.{p} text", one_line=True))
-                    problem = free_value_problem(v, p, persona, self.domain.name)
+                    v = self.chooser.write(msgs, 16, what=f"{tool}.{p} text", one_line=True)
+                    problem = free_value_problem(v, persona, self.domain.name)
                     if not problem:
                         break
                     self.chooser.log.append({"what": f"{tool}.{p} text rejected", "text": problem})

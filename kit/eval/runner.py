@@ -187,7 +187,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         "tau2_version": TAU2_VERSION, "domain": cfg.domain, "split": cfg.split, "tasks_file": cfg.tasks_file,
         "wall_s": round(time.perf_counter() - t0, 1),
         "user_deviation_rate": float((df["user_deviations"] > 0).mean()) if len(df) else None,
-        "warnings": [w for w in [budget_warning] if w],
+        "warnings": [budget_warning] if budget_warning else [],
     }
     if cfg.cross_check and len(df):
         meta["tau2_agreement"] = float(df["agree"].mean())
