@@ -52,7 +52,7 @@ def main() -> int:
         print(f"\n===== {name} =====", flush=True)
         try:
             results[name] = {"ok": True, **(fn() or {})}
-        except Exception as e:  # recorded, and the next part still runs
+        except Exception as e:  # noqa: BLE001 -- recorded, and the next part still runs
             traceback.print_exc()
             results[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         results[name]["wall_s"] = round(time.perf_counter() - t0, 1)
@@ -78,7 +78,7 @@ def main() -> int:
             try:
                 m = __import__(mod)
                 info[mod] = getattr(m, "__version__", "?")
-            except Exception as e:  # optional extras: report why not
+            except Exception as e:  # noqa: BLE001 -- optional extras: report why not
                 info[mod] = f"not importable: {type(e).__name__}: {str(e)[:200]}"
         t0 = time.perf_counter()
         state["base"] = str(ensure_embedded_model())
@@ -95,6 +95,33 @@ def main() -> int:
         print(res.line())
         return {"line": res.line(), "batched_s": res.batched_s, "sequential_s": res.sequential_s,
                 "tokens": list(res.tokens), "speedup": res.speedup}
+
+    def gen():
+        """Time the hf backend's batched generation alone (no episode loop), then HF's own generate."""
+        from kit.envs import load_domain
+        from kit.llm import make_backend
+        from kit.llm.types import Message, SamplingParams
+        from kit.rollout.prompts import agent_system_prompt
+
+        dom = load_domain("mock")
+        backend = make_backend("embedded")
+        conv = [Message(role="system", content=agent_system_prompt(dom.policy)),
+                Message(role="user", content="Hi, I need to create a task called 'Buy milk' for user_1.")]
+        params = SamplingParams(temperature=1.0, max_new_tokens=64, top_k=0)
+        info = {"device": str(backend.device), "threads": torch.get_num_threads(), "calls": []}
+        for i in range(3):
+            backend.stats = type(backend.stats)()
+            t0 = time.perf_counter()
+            outs = backend.generate_batch([list(conv) for _ in range(args.group)], None, params)
+            torch.cuda.synchronize() if torch.cuda.is_available() else None
+            info["calls"].append({"s": round(time.perf_counter() - t0, 3), "stats": backend.stats.summary(),
+                                  "tokens": sum(o[0].completion_tokens or 0 for o in outs)})
+            print(info["calls"][-1], flush=True)
+        ids = backend.tokenizer([backend.render(conv)] * args.group, return_tensors="pt").to(backend.device)
+        t0 = time.perf_counter()
+        backend.model.generate(**ids, max_new_tokens=64, min_new_tokens=64, do_sample=True)
+        info["hf_generate_64_s"] = round(time.perf_counter() - t0, 3)
+        return info
 
     def evaluate_model(model: str, label: str):
         from kit.eval import EvalConfig, evaluate
@@ -160,7 +187,7 @@ def main() -> int:
         state["grpo"] = str(out / "grpo_model")
         return {"policy_start": policy_dir, "device": str(next(policy.parameters()).device), "steps": hist}
 
-    table = {"env": env, "bench": bench, "eval": lambda: evaluate_model("embedded", "base"), "sft": sft,
+    table = {"env": env, "gen": gen, "bench": bench, "eval": lambda: evaluate_model("embedded", "base"), "sft": sft,
              "grpo": grpo, "eval_grpo": lambda: evaluate_model(f"hf:{state['grpo']}", "grpo")}
     for name in parts:
         record(name, table[name])
