@@ -258,8 +258,16 @@ def test_failing_stage_keeps_its_traceback_and_a_rerun_resumes_there(tmp_path, m
     # complete: nothing reruns; a changed parameter reruns that stage and what depends on it
     res = Runner(recipe, **kw).run()
     assert res.executed == [] and len(res.skipped) == 4
+    old_fp = json.loads((run_dir / "evaluate" / "stage.json").read_text())["fingerprint"]
     res = Runner(load_recipe(write(tmp_path, CHAIN), {"evaluate.trials": 2}), **kw).run()
     assert res.executed == ["evaluate", "report"]
+    # the replaced run of the stage is kept beside it, never overwritten in place
+    kept = run_dir / f"evaluate.replaced-{old_fp[:12]}"
+    assert json.loads((kept / "stage.json").read_text())["fingerprint"] == old_fp
+    new_fp = json.loads((run_dir / "evaluate" / "stage.json").read_text())["fingerprint"]
+    assert new_fp != old_fp
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert {s["key"]: s.get("replaced") for s in m["stages"]}["evaluate"] == str(kept)
 
 
 def test_manifest_records_recipe_params_versions_models_seeds_git_and_the_kernel(tmp_path):

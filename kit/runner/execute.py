@@ -12,7 +12,9 @@ For each planned stage, in order:
   4. else execute notebooks/<stage>.ipynb with papermill into <stage folder>/<id>.ipynb, cell
      output streamed to the terminal. A failing cell stops the chain: the executed notebook keeps
      the traceback, manifest.json says which stage failed and why, and `kit run` exits 1. Run the
-     same command again and it resumes at that stage.
+     same command again and it resumes at that stage. A stage that had completed with other
+     inputs (a parameter, its notebook or an upstream stage changed) is first moved aside to
+     <stage>.replaced-<old fingerprint>: a rerun never overwrites finished results in place.
 
 The kernel is this interpreter: a `python3` kernelspec pointing at sys.executable is written
 under runs/<run-id>/.jupyter and put first on JUPYTER_PATH, so papermill never picks up
@@ -104,6 +106,18 @@ def stage_complete(stage_dir: Path, fingerprint: str) -> bool:
     if not info or info.get("status") != "complete" or info.get("fingerprint") != fingerprint:
         return False
     return all(Path(p).exists() for p in (info.get("outputs") or {}).values() if isinstance(p, str))
+
+
+def _set_aside(sdir: Path, fingerprint: str) -> Path:
+    """Move a complete stage folder out of the way of its rerun (nothing is overwritten in place):
+    <stage>.replaced-<old fingerprint>[-N] beside it."""
+    kept = sdir.with_name(f"{sdir.name}.replaced-{fingerprint[:12]}")
+    i = 1
+    while kept.exists():
+        i += 1
+        kept = sdir.with_name(f"{sdir.name}.replaced-{fingerprint[:12]}-{i}")
+    sdir.rename(kept)
+    return kept
 
 
 def _first_error(nb_path: Path) -> str:
@@ -252,10 +266,13 @@ class Runner:
                 res.skipped.append(ps.key)
                 self.say(f"[kit run] {n}/{len(plan)} {ps.key}: complete (fingerprint {fp}), skipped")
                 continue
-            sdir.mkdir(parents=True, exist_ok=True)
             old = mf.read_json(sdir / "stage.json")
-            if old and old.get("status") == "complete":  # parameters or upstream changed
-                (sdir / "stage.json").unlink()
+            if old and old.get("status") == "complete":  # parameters, notebook or upstream changed
+                kept = _set_aside(sdir, str(old.get("fingerprint") or "unknown"))
+                entry["replaced"] = str(kept)
+                self.say(f"[kit run] {n}/{len(plan)} {ps.key}: inputs changed since it completed; its outputs "
+                         f"are kept in {kept.relative_to(self.run_dir)}")
+            sdir.mkdir(parents=True, exist_ok=True)
             entry.update(status="running", started=mf.now())
             m["stages"].append(entry)
             self._write_manifest(m)
