@@ -54,7 +54,7 @@ def test_free_text_values_lose_lead_ins_and_prompt_echoes_are_refused():
     assert strip_lead_in('The value of "title" is "QA (Business Improvement)') == "QA (Business Improvement)"
     assert strip_lead_in('The title of the task is "Quarterly budget') == "Quarterly budget"
     for good in ("Quarterly budget", "Call the plumber", "Blue winter jacket", "Book a flight to Paris", "Test task"):
-        assert free_value_problem(strip_lead_in(good), persona, dom) == "", good
+        assert free_value_problem(strip_lead_in(good), persona, dom, "create_task") == "", good
     bad = {
         "The value of title should be in a": "an unfinished phrase",  # after the lead-in: "in a"
         "The value of 21": "echoes the question",
@@ -64,9 +64,13 @@ def test_free_text_values_lose_lead_ins_and_prompt_echoes_are_refused():
         "A polite retiree who explains things at length": "copies the persona",
         "You will be assigned a task to create": "an instruction, not a value",
         "": "empty",
+        # from the next run (runs/laptop-repro), after the rules above
+        "The customer wants to create a new task": "narrates the request, not a value",
+        "Create a new task for a busy professional": "restates the tool call",
     }
     for text, why in bad.items():
-        assert free_value_problem(strip_lead_in(text), persona, dom) == why, text
+        assert free_value_problem(strip_lead_in(text), persona, dom, "create_task") == why, text
+    assert free_value_problem("Create a new task for a busy professional", persona, dom) == ""  # tool unknown
 
 
 def test_similarity_flags_near_duplicates_and_diversity_measures_spread():

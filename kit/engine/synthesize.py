@@ -90,9 +90,10 @@ FREE_VALUE_TRIES = 3
 _DANGLING = {"a", "an", "the", "of", "in", "to", "and", "or", "for", "with", "on", "at", "by", "is", "be", "that"}
 
 
-def free_value_problem(value: str, persona: str, domain: str) -> str:
+def free_value_problem(value: str, persona: str, domain: str, tool: str = "") -> str:
     """Why a model-written free-text argument is unusable ("" when it is fine): empty, the prompt's
-    own words (the persona, 'a customer of the service', 'the value of ...') instead of a value."""
+    own words (the persona, 'a customer of the service', 'the value of ...', the customer's request,
+    the call itself: 'Create a new task for ...' as create_task's title) instead of a value."""
     v = (value or "").strip()
     if not v:
         return "empty"
@@ -106,6 +107,11 @@ def free_value_problem(value: str, persona: str, domain: str) -> str:
         return "describes the customer, not a value"
     if re.match(r"(you|i|we) (will|are|am|must|want|would|need|should)\b", low):
         return "an instruction, not a value"
+    if re.match(r"(the|this|our|my) (customer|client|user|caller|person) (wants|would|needs|asks|is|has|will)\b", low):
+        return "narrates the request, not a value"
+    tool_words = [w for w in re.findall(r"[a-z0-9]+", tool.lower()) if len(w) > 2]
+    if len(tool_words) >= 2 and all(re.search(rf"\b{w}", low) for w in tool_words):
+        return "restates the tool call"
     if words[-1] in _DANGLING:
         return "an unfinished phrase"
     persona_words = set(re.findall(r"[a-z0-9]+", (persona or "").lower()))
@@ -311,7 +317,7 @@ class Synthesizer:
                 problem = ""
                 for _ in range(FREE_VALUE_TRIES):  # a fresh sample each time (the chooser reseeds per call)
                     v = self.chooser.write(msgs, 16, what=f"{tool}.{p} text", one_line=True)
-                    problem = free_value_problem(v, persona, self.domain.name)
+                    problem = free_value_problem(v, persona, self.domain.name, tool)
                     if not problem:
                         break
                     self.chooser.log.append({"what": f"{tool}.{p} text rejected", "text": problem})
