@@ -113,7 +113,8 @@ def main() -> int:
             backend.stats = type(backend.stats)()
             t0 = time.perf_counter()
             outs = backend.generate_batch([list(conv) for _ in range(args.group)], None, params)
-            torch.cuda.synchronize() if torch.cuda.is_available() else None
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
             info["calls"].append({"s": round(time.perf_counter() - t0, 3), "stats": backend.stats.summary(),
                                   "tokens": sum(o[0].completion_tokens or 0 for o in outs)})
             print(info["calls"][-1], flush=True)
