@@ -5,6 +5,7 @@ about a minute; later runs reuse it. torch runs single-threaded here: on a small
 OpenMP threads that spin-wait for a busy core make generation 10x slower.
 """
 
+import contextlib
 import copy
 import os
 import time
@@ -321,3 +322,76 @@ def test_prefix_store_keeps_the_longest_sequences_within_its_budget():
     assert list(store.entries) == [(6, 7, 8), (9, 9, 9)] and store.stats["evicted"] == 1
     for a, b in [((), (1,)), ((1, 2, 3), (1, 2, 3)), ((1, 2, 3, 4), (1, 2, 5)), (tuple(range(100)), tuple(range(57)) + (0,))]:
         assert _shared(a, b) == next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+@pytest.mark.parametrize("boolean_mask", [True, False])
+def test_split_decode_attention_equals_full_attention(boolean_mask):
+    """Shared prefix attended once + per-row tails, merged by log-sum-exp == sdpa over each row's
+    own keys (rows of different lengths, GQA with 3 query heads per key/value head)."""
+    from kit.llm.shared_prefix_attention import split_decode_attention
+
+    g = torch.Generator().manual_seed(0)
+    rows, kv_heads, group, dim, shared, span = 5, 3, 3, 16, 40, 57
+    key = torch.randn(rows, kv_heads, span, dim, generator=g)
+    value = torch.randn(rows, kv_heads, span, dim, generator=g)
+    key[:, :, :shared] = key[0, :, :shared]  # the prefix: the same tokens at the same slots in every row
+    value[:, :, :shared] = value[0, :, :shared]
+    query = torch.randn(rows, kv_heads * group, 1, dim, generator=g)
+    lengths = torch.tensor([57, 41, 50, 44, 52])  # row r sees slots 0..lengths[r]-1
+    allowed = (torch.arange(span)[None, :] < lengths[:, None])[:, None, None, :]
+    mask = allowed if boolean_mask else torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    full = torch.nn.functional.scaled_dot_product_attention(
+        query, key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1), attn_mask=mask, scale=0.25)
+    got = split_decode_attention(query, key, value, mask, shared, 0.25)
+    assert got.shape == (rows, 1, kv_heads * group, dim)
+    torch.testing.assert_close(got, full.transpose(1, 2), rtol=1e-5, atol=1e-5)
+    # row 0's copy of the prefix stands for all: a different prefix elsewhere would be ignored, so the
+    # caller (hf_generate) only passes a prefix that all rows' token ids share
+    key[3, :, :shared] += 1.0
+    assert torch.allclose(split_decode_attention(query, key, value, mask, shared, 0.25), got)
+
+
+def test_packed_linears_match_and_follow_weight_updates(backend):
+    from kit.llm.packed_linear import PackedLinears
+
+    model, ids, packed = backend.model, torch.tensor([[1, 2, 3, 4, 5, 6]]), PackedLinears()
+    assert packed.supports(model)  # float32 on CPU, ~0.5 GB of linear weights
+
+    def logits(use):
+        with torch.no_grad(), packed.use(model) if use else contextlib.nullcontext():
+            return model(ids).logits
+
+    ref = logits(False)  # packed: another summation order, float rounding through 30 layers (~1e-4 of 20)
+    torch.testing.assert_close(logits(True), ref, rtol=1e-3, atol=2e-3)
+    assert packed.packs_built == 1 and all("forward" not in vars(m) for m in model.modules())  # unpatched after
+    logits(True)
+    assert packed.packs_built == 1  # same weights: the packs are reused
+    weight = model.model.layers[0].mlp.down_proj.weight
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.mul_(1.5)  # in place, as an optimizer step: repacked
+        changed = logits(False)
+        assert not torch.allclose(changed, ref, atol=0.1)
+        torch.testing.assert_close(logits(True), changed, rtol=1e-3, atol=2e-3)
+        assert packed.packs_built == 2
+        with packed.use(model):  # autograd on: the module's own forward, gradients flow
+            model(ids).logits.sum().backward()
+        assert weight.grad is not None and weight.grad.abs().sum() > 0
+    finally:
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            weight.copy_(saved)
+
+
+def test_shared_prefix_and_packed_weights_generate_what_model_generate_does(backend):
+    """Rows sharing a long system prompt: the fast path attends the prefix once per decode step for
+    all rows and runs packed weights, and still yields model.generate's greedy and seeded tokens."""
+    fast, slow = _fresh(backend), _fresh(backend, fast_decode=False, prefix_cache_min_tokens=0)
+    assert fast.packed is not None
+    for params in ({"temperature": 0, "max_new_tokens": 12}, {"n": 2, "temperature": 1.0, "max_new_tokens": 8, "seed": 5}):
+        before = fast.stats.shared_steps
+        assert _tokens(fast.generate_batch(SHARED, TOOLS, params)) == _tokens(slow.generate_batch(SHARED, TOOLS, params))
+        assert fast.stats.shared_steps > before
+    assert backend.model.config._attn_implementation == "sdpa"  # switched back after every step
+    assert all("forward" not in vars(m) for m in backend.model.modules())

@@ -30,6 +30,7 @@ tools), and stop strings end a row only at token boundaries; the text is cut at 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from pathlib import Path
@@ -67,6 +68,10 @@ class HFBackend(Backend):
             False always uses `model.generate`.
         prefill_chunk: most prompt tokens per row in one forward pass of the fast path (bounds the
             activations of long prompts).
+        pack_weights: fast path on a float32 CPU model: run the linear layers on oneDNN-prepacked
+            copies of their weights (kit.llm.packed_linear; skinny batched matmuls stop re-packing
+            the weights every call). "auto" packs when the linear weights take at most 2 GiB (the
+            copies cost as much memory again); True packs at any size; False never.
 
     Trainers that update the weights through `param.data` (which bumps no version counter) must call
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
@@ -87,12 +92,14 @@ class HFBackend(Backend):
         prefix_cache_bytes: int | None = None,
         fast_decode: bool = True,
         prefill_chunk: int = 256,
+        pack_weights: bool | str = "auto",
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from kit.llm import row_cache
         from kit.llm.hf_generate import GenStats
+        from kit.llm.packed_linear import PackedLinears
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         if model is None:
@@ -128,6 +135,10 @@ class HFBackend(Backend):
         self.prefill_chunk = prefill_chunk
         self.fast_decode = fast_decode and row_cache.supports(model)
         self.stats = GenStats()  # where generation time went (fast path)
+        if pack_weights not in (True, False, "auto"):
+            raise ValueError(f"pack_weights must be True, False or 'auto', not {pack_weights!r}")
+        self.packed = (PackedLinears(max_bytes=(2 << 30) if pack_weights == "auto" else 1 << 62)
+                       if pack_weights and self.fast_decode else None)
         self._stop_criteria: dict[tuple[str, ...], Any] = {}
 
         gc = model.generation_config
@@ -145,6 +156,8 @@ class HFBackend(Backend):
         """Forget cached prefix KV states: call after changing the weights behind the backend's back."""
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
+        if self.packed is not None:
+            self.packed.clear()
 
     clear_prefix_cache = invalidate
 
@@ -211,19 +224,20 @@ class HFBackend(Backend):
         from kit.llm.hf_generate import Sampler, generate_rows
 
         rows = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
-        new_tokens = generate_rows(
-            self.model,
-            rows,
-            sampler=Sampler(gen),
-            max_new_tokens=params.max_new_tokens,
-            eos_ids=self.eos_ids,
-            pad_id=self.pad_id,
-            store=self.prefix_cache,
-            stop_criteria=self._stop_strings(params.stop),
-            chunk=self.prefill_chunk,
-            eager_mask=self.model.config._attn_implementation == "eager",
-            stats=self.stats,
-        )
+        with self.packed.use(self.model) if self.packed is not None else contextlib.nullcontext():
+            new_tokens = generate_rows(
+                self.model,
+                rows,
+                sampler=Sampler(gen),
+                max_new_tokens=params.max_new_tokens,
+                eos_ids=self.eos_ids,
+                pad_id=self.pad_id,
+                store=self.prefix_cache,
+                stop_criteria=self._stop_strings(params.stop),
+                chunk=self.prefill_chunk,
+                eager_mask=self.model.config._attn_implementation == "eager",
+                stats=self.stats,
+            )
         return [self._completion(ids, len(row), params.stop) for ids, row in zip(new_tokens, rows)]
 
     def _stop_strings(self, stop: list[str]) -> Any:

@@ -27,6 +27,7 @@ returns them: generated ids, padded with `pad_id` to the longest row.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from transformers.generation.logits_process import (
 
 from kit.llm.prefix_cache import PrefixKVCache, common_prefix_len
 from kit.llm.row_cache import RowCache
+from kit.llm.shared_prefix_attention import shared_prefix
 
 # generation_config fields that make `model.generate` add logits processors or decode otherwise, with
 # their neutral values; a model whose (effective) generation config sets any of them is served by
@@ -93,13 +95,15 @@ class GenStats:
     decode_steps: int = 0
     decode_rows: int = 0  # row-steps: tokens fed while decoding
     decode_s: float = 0.0
+    shared_steps: int = 0  # decode steps that attended a shared prompt prefix once for all rows
     other_s: float = 0.0  # cache assembly, export to the prefix store
 
     def summary(self) -> str:
         total = self.prefill_s + self.decode_s + self.other_s
         share = (lambda s: f"{100 * s / total:.0f}%") if total else (lambda s: "-")
         return (f"prefill {self.prefill_tokens} tok ({self.padded_tokens} pad) {self.prefill_s:.1f}s {share(self.prefill_s)}; "
-                f"decode {self.decode_rows} tok in {self.decode_steps} steps {self.decode_s:.1f}s {share(self.decode_s)}; "
+                f"decode {self.decode_rows} tok in {self.decode_steps} steps ({self.shared_steps} with a shared prefix) "
+                f"{self.decode_s:.1f}s {share(self.decode_s)}; "
                 f"other {self.other_s:.1f}s; reused {self.reused_tokens}/{self.prompt_tokens} prompt tokens")
 
 
@@ -165,6 +169,7 @@ def generate_rows(
     chunk: int = 256,
     eager_mask: bool = False,
     stats: GenStats | None = None,
+    split_attention: bool = True,
 ) -> list[list[int]]:
     """Generated ids for every row of prompt ids (see the module doc), padded to the longest row."""
     stats = stats if stats is not None else GenStats()
@@ -236,7 +241,10 @@ def generate_rows(
     logits = torch.cat(last_logits)
     stats.prefill_s += time.perf_counter() - t1
 
-    # 3. decode: rows leave the batch as they finish
+    # 3. decode: rows leave the batch as they finish; a prompt prefix common to all rows is attended
+    # once per step for the whole batch (kit.llm.shared_prefix_attention)
+    common = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
+    split = common if split_attention and len(rows) > 1 and common >= 32 else 0
     t1 = time.perf_counter()
     seqs = [list(rows[i]) for i in order]  # per active buffer row: prompt + generated
     generated: dict[int, list[int]] = {}
@@ -271,9 +279,11 @@ def generate_rows(
             break
         step_ids = torch.tensor([[s[-1]] for s in seqs], device=device)
         step_slots = torch.tensor([[len(s) - 1] for s in seqs], device=device)
-        logits = _forward(model, cache, step_ids, step_slots, 0, dtype, eager_mask)
+        with shared_prefix(model) if split and active > 1 else contextlib.nullcontext() as on:
+            logits = _forward(model, cache, step_ids, step_slots, 0, dtype, eager_mask, split if on else 0)
         stats.decode_steps += 1
         stats.decode_rows += active
+        stats.shared_steps += bool(split and active > 1 and on)
     stats.decode_s += time.perf_counter() - t1 - export_s
     stats.other_s += export_s
 
@@ -281,10 +291,12 @@ def generate_rows(
     return [generated[i] + [pad_id] * (longest - len(generated[i])) for i in range(len(rows))]
 
 
-def _forward(model, cache: RowCache, ids, slots, first: int, dtype, eager: bool):
+def _forward(model, cache: RowCache, ids, slots, first: int, dtype, eager: bool, shared: int = 0):
     """One forward pass of buffer rows first..first+len(ids)-1 over `ids` written at `slots`;
-    logits of the last column only."""
+    logits of the last column only. `shared` > 0: slots 0..shared-1 hold the same tokens in every
+    row, attended once for all (the model's attention must be kit.llm.shared_prefix_attention's)."""
     cache.plan(slots, first)
+    extra = {"kit_shared": shared} if shared else {}
     out = model(
         input_ids=ids,
         position_ids=slots,
@@ -292,6 +304,7 @@ def _forward(model, cache: RowCache, ids, slots, first: int, dtype, eager: bool)
         cache=cache,
         use_cache=True,
         **_last_logits_only(model),
+        **extra,
     )
     return out.logits[:, -1]
 
