@@ -325,10 +325,16 @@ def test_prefix_store_keeps_the_longest_sequences_within_its_budget():
 
 
 @pytest.mark.parametrize("boolean_mask", [True, False])
-def test_split_decode_attention_equals_full_attention(boolean_mask):
+@pytest.mark.parametrize("fused", [True, False])
+def test_split_decode_attention_equals_full_attention(boolean_mask, fused, monkeypatch):
     """Shared prefix attended once + per-row tails, merged by log-sum-exp == sdpa over each row's
-    own keys (rows of different lengths, GQA with 3 query heads per key/value head)."""
+    own keys (rows of different lengths, GQA with 3 query heads per key/value head); with torch's
+    CPU flash kernel and with the plain-ops fallback used on other devices."""
+    from kit.llm import shared_prefix_attention
     from kit.llm.shared_prefix_attention import split_decode_attention
+
+    if not fused:
+        monkeypatch.setattr(shared_prefix_attention, "_attend_with_lse", lambda *a: None)
 
     g = torch.Generator().manual_seed(0)
     rows, kv_heads, group, dim, shared, span = 5, 3, 3, 16, 40, 57

@@ -12,9 +12,9 @@ cascade kernels) one decode step splits each row's attention into
   keys and values (batch row 0's), and
 * the row's own tail, slots P..span-1, attended per row under the row's mask,
 
-and merges the two softmax parts exactly with their log-sum-exp weights:
-out = (o1 * l1 * e^(m1 - m) + o2 * l2 * e^(m2 - m)) / (l1 e^(m1 - m) + l2 e^(m2 - m)), written
-below with unnormalised o1, o2. The result equals full attention up to float rounding.
+and merges the two normalised parts exactly with their log-sum-exp: out = w o1 + (1 - w) o2,
+w = sigmoid(lse1 - lse2). On CPU both parts run in torch's flash kernel, which returns the
+log-sum-exp. The result equals full attention up to float rounding.
 
 Use: `with shared_prefix(model):` switches the model's attention to the registered implementation
 `kit_rows` (sdpa underneath) for the block; a forward pass that passes `kit_shared=P` (P > 0) with
@@ -91,31 +91,40 @@ def split_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.
     kv_heads = key.shape[1]
     group = heads // kv_heads
     q = query.reshape(rows, kv_heads, group, dim)
-
-    # shared prefix: [kv_heads, rows * group, dim] queries against one [kv_heads, shared, dim] copy
-    qs = q.transpose(0, 1).reshape(kv_heads, rows * group, dim)
-    s1 = torch.bmm(qs, key[0, :, :shared].transpose(1, 2)).float() * scale
-    m1 = s1.amax(dim=-1, keepdim=True)
-    p1 = torch.exp(s1 - m1)
-    l1 = p1.sum(dim=-1, keepdim=True)
-    o1 = torch.bmm(p1.to(value.dtype), value[0, :, :shared]).float()
-
-    def per_row(t: torch.Tensor) -> torch.Tensor:  # [kv_heads, rows * group, x] -> [rows, kv_heads, group, x]
-        return t.reshape(kv_heads, rows, group, t.shape[-1]).transpose(0, 1)
-
-    o1, m1, l1 = per_row(o1), per_row(m1), per_row(l1)
-
-    # each row's own tail under its mask
-    s2 = torch.matmul(q, key[:, :, shared:].transpose(-1, -2)).float() * scale  # [rows, kv_heads, group, tail]
+    qs = q.transpose(0, 1).reshape(1, kv_heads, rows * group, dim)  # every row's queries, one matrix per kv head
+    tail_mask = None
     if mask is not None:
         tail_mask = mask[:, :, :, shared:]
-        s2 = s2.masked_fill(~tail_mask, float("-inf")) if tail_mask.dtype == torch.bool else s2 + tail_mask.float()
-    m2 = s2.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min)  # a fully masked tail: weight 0
-    p2 = torch.exp(s2 - m2)
-    l2 = p2.sum(dim=-1, keepdim=True)
-    o2 = torch.matmul(p2.to(value.dtype), value[:, :, shared:]).float()
-
-    m = torch.maximum(m1, m2)
-    a1, a2 = torch.exp(m1 - m), torch.exp(m2 - m)
-    out = (o1 * a1 + o2 * a2) / (l1 * a1 + l2 * a2)
+        if tail_mask.dtype == torch.bool:
+            tail_mask = torch.zeros(tail_mask.shape, dtype=query.dtype, device=query.device).masked_fill_(
+                ~tail_mask, float("-inf"))
+    parts = _attend_with_lse(qs, key[0:1, :, :shared], value[0:1, :, :shared], None, scale)
+    if parts is not None:
+        o1, l1 = parts
+        o2, l2 = _attend_with_lse(q, key[:, :, shared:], value[:, :, shared:], tail_mask, scale)
+    else:  # no fused kernel for this device: the same in plain tensor ops
+        o1, l1 = _attend_math(qs, key[0:1, :, :shared], value[0:1, :, :shared], None, scale)
+        o2, l2 = _attend_math(q, key[:, :, shared:], value[:, :, shared:], tail_mask, scale)
+    o1 = o1.reshape(kv_heads, rows, group, dim).transpose(0, 1)  # back to [rows, kv_heads, group, ...]
+    l1 = l1.reshape(kv_heads, rows, group).transpose(0, 1)
+    # softmax over both parts: weights e^lse1 and e^lse2, i.e. sigmoid(lse1 - lse2) for the prefix
+    w = torch.sigmoid((l1 - l2).float()).unsqueeze(-1)
+    out = o2.float() + w * (o1.float() - o2.float())
     return out.to(query.dtype).reshape(rows, 1, heads, dim)
+
+
+def _attend_with_lse(q, k, v, mask, scale):
+    """(output, log-sum-exp of the scores) from torch's CPU flash kernel; None where it does not apply."""
+    if q.device.type != "cpu" or not hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        return None
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+    return out, lse
+
+
+def _attend_math(q, k, v, mask, scale):
+    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+    if mask is not None:
+        scores = scores + mask.float()
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(torch.exp(scores - lse.unsqueeze(-1)).to(v.dtype), v)
+    return out, lse
