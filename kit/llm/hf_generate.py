@@ -15,12 +15,18 @@ hardware:
    token, matches a stop string or reaches `max_new_tokens` is finished: its states
    (prompt + completion) are stored in the `PrefixKVCache` for the next turn and it leaves the
    batch, so the remaining steps cost less.
+   A prompt prefix common to every row (the system prompt of a group) is attended once per step
+   for all rows (kit.llm.shared_prefix_attention) instead of once per row.
+
+HFBackend runs this under kit.llm.packed_linear on a float32 CPU model (weights packed once for
+oneDNN instead of at every skinny matmul).
 
 Sampling is `model.generate`'s: the same effective generation config (`effective_config`: unset
 fields take the model's and transformers' defaults), logits in float32 through transformers'
 temperature, top-k and top-p warpers, softmax and `torch.multinomial` over the whole batch (greedy:
 argmax), `StopStringCriteria` for stop strings. For the same logits and seed it draws the same
-tokens as `model.generate`. The caller decides when this path applies (`plain_sampling`,
+tokens as `model.generate` (packed weights and the shared-prefix attention move logits by float
+rounding only, ~1e-4 on logits of ~20, which the tests' token-for-token comparisons tolerate). The caller decides when this path applies (`plain_sampling`,
 `row_cache.supports`) and otherwise calls `model.generate`. Rows come back as `model.generate`
 returns them: generated ids, padded with `pad_id` to the longest row.
 """
