@@ -26,8 +26,9 @@ fields take the model's and transformers' defaults), logits in float32 through t
 temperature, top-k and top-p warpers, softmax and `torch.multinomial` over the whole batch (greedy:
 argmax), `StopStringCriteria` for stop strings. For the same logits and seed it draws the same
 tokens as `model.generate` (packed weights and the shared-prefix attention move logits by float
-rounding only, ~1e-4 on logits of ~20, which the tests' token-for-token comparisons tolerate). The caller decides when this path applies (`plain_sampling`,
-`row_cache.supports`) and otherwise calls `model.generate`. Rows come back as `model.generate`
+rounding only, ~1e-4 on logits of ~20, which the tests' token-for-token comparisons tolerate).
+The caller decides when this path applies (`plain_sampling`, `row_cache.supports`) and otherwise
+calls `model.generate`. Rows come back as `model.generate`
 returns them: generated ids, padded with `pad_id` to the longest row.
 """
 
