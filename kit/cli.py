@@ -175,7 +175,7 @@ def _cmd_bench_rollout(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     res = bench_rollout(make_backend(args.model), args.domain, args.task_index, args.group,
-                        args.max_steps, args.max_new_tokens, args.seed)
+                        args.max_steps, args.max_new_tokens, args.seed, continuous=args.continuous)
     print(f"batched: {res.tokens[0]} tokens in {res.batched_s:.1f} s; "
           f"one at a time: {res.tokens[1]} tokens in {res.sequential_s:.1f} s")
     print(res.line())
@@ -371,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--max-new-tokens", type=int, default=64)
     br.add_argument("--seed", type=int, default=0)
     br.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    br.add_argument("--continuous", action="store_true",
+                    help="batched run: each episode's next turn joins the running batch (RolloutConfig.continuous)")
     br.set_defaults(fn=_cmd_bench_rollout)
     return p
 

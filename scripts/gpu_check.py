@@ -32,6 +32,7 @@ def main() -> int:
     ap.add_argument("--parts", default="env,bench,eval,sft,grpo,eval_grpo")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--bench-steps", type=int, default=16)
+    ap.add_argument("--continuous", action="store_true", help="bench: batched run with continuous batching")
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--max-steps", type=int, default=16)
     ap.add_argument("--sft-data", default=None, help="sft_agent.jsonl from an engine run (default: gold mock dialogues)")
@@ -91,7 +92,8 @@ def main() -> int:
         from kit.bench.rollout import bench_rollout
         from kit.llm import make_backend
 
-        res = bench_rollout(make_backend("embedded"), "mock", 0, args.group, args.bench_steps, 64, 0)
+        res = bench_rollout(make_backend("embedded"), "mock", 0, args.group, args.bench_steps, 64, 0,
+                            continuous=args.continuous)
         print(res.line())
         return {"line": res.line(), "batched_s": res.batched_s, "sequential_s": res.sequential_s,
                 "tokens": list(res.tokens), "speedup": res.speedup}

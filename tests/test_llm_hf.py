@@ -401,3 +401,4 @@ def test_shared_prefix_and_packed_weights_generate_what_model_generate_does(back
         assert fast.stats.shared_steps > before
     assert backend.model.config._attn_implementation == "sdpa"  # switched back after every step
     assert all("forward" not in vars(m) for m in backend.model.modules())
+

@@ -53,12 +53,15 @@ def _profile(backend, before) -> str:
 
 
 def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int = 8, max_steps: int = 8,
-                  max_new_tokens: int = 64, seed: int = 0, log: Callable[[str], None] | None = print) -> RolloutBench:
-    """Run the group batched, then one episode at a time; `log` gets the backend's profile lines."""
+                  max_new_tokens: int = 64, seed: int = 0, log: Callable[[str], None] | None = print,
+                  continuous: bool = False) -> RolloutBench:
+    """Run the group batched, then one episode at a time; `log` gets the backend's profile lines.
+    `continuous`: the batched run lets each episode's next turn join the running batch
+    (RolloutConfig.continuous) instead of advancing the episodes turn by turn."""
     dom = load_domain(domain)
     task = dom.tasks()[task_index]
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
-    cfg = RolloutConfig(max_steps=max_steps, seed=seed, agent_params=params, user_params=params)
+    cfg = RolloutConfig(max_steps=max_steps, seed=seed, agent_params=params, user_params=params, continuous=continuous)
     snapshot = (lambda: copy.copy(backend.stats)) if hasattr(getattr(backend, "stats", None), "summary") else (lambda: None)
     before = snapshot()
     t0 = time.perf_counter()

@@ -187,66 +187,10 @@ def generate_rows(
     stats.prompt_tokens += sum(len(r) for r in rows)
     rows = [tuple(r) for r in rows]
 
-    # 1. reuse: per row, the longest stored prefix (all but the last token: its logits are needed)
-    prefixes: list[tuple[Any, int]] = [(None, 0)] * len(rows)
-    if store is not None:
-        store.sync(model)
-        prefixes = [store.match(r, len(r) - 1) for r in rows]
-        shared = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
-        if len(rows) > 1 and shared >= store.min_tokens and any(n < shared for _, n in prefixes):
-            t1 = time.perf_counter()
-            before = store.stats["computed_tokens"]
-            if store.lookup(model, list(rows[0][:shared])) is not None:  # once for every row
-                prefixes = [store.match(r, len(r) - 1) for r in rows]
-            stats.prefill_tokens += store.stats["computed_tokens"] - before
-            stats.prefill_s += time.perf_counter() - t1
-            t0 += time.perf_counter() - t1  # not "other" time
-    reused = [n for _, n in prefixes]
-    stats.reused_tokens += sum(reused)
-    if store is not None:  # per row: whole prompt (but its last token) stored, a prefix of it, nothing
-        for r, n in zip(rows, reused):
-            store.stats["row_hits" if n == len(r) - 1 else "row_partial" if n else "row_misses"] += 1
-
-    # rows sorted by tail length (longest first): prefill groups are contiguous buffer rows
-    tails = [len(r) - n for r, n in zip(rows, reused)]
-    order = sorted(range(len(rows)), key=lambda i: -tails[i])
-    groups = _groups([tails[i] for i in order])
-    widths = {}
-    for a, b in groups:
-        for i in order[a:b]:
-            widths[i] = tails[order[a]]
-    capacity = max(max(reused[i] + widths[i] for i in order), max(len(r) for r in rows) + max_new_tokens)
-    cache = RowCache(model, len(rows), capacity)
+    cache, order, logits = prefill(model, rows, store=store, pad_id=pad_id, chunk=chunk, eager_mask=eager_mask,
+                                   stats=stats, room=max_new_tokens, started=t0)
     cache.order = list(order)
-    for slot, i in enumerate(order):
-        key, n = prefixes[i]
-        if key is not None:
-            cache.load(slot, store.get(key, n), n)
     dtype = next(model.parameters()).dtype
-    stats.other_s += time.perf_counter() - t0
-
-    # 2. ragged prefill, group by group, chunk by chunk; keep the last column's logits
-    t1 = time.perf_counter()
-    last_logits: list[torch.Tensor] = []
-    for a, b in groups:
-        members = order[a:b]
-        width = widths[members[0]]
-        ids = torch.full((b - a, width), pad_id, dtype=torch.long)
-        slots = torch.empty((b - a, width), dtype=torch.long)
-        for k, i in enumerate(members):
-            n, tail = reused[i], rows[i][reused[i]:]
-            pads = width - len(tail)
-            ids[k, pads:] = torch.tensor(tail)
-            slots[k, pads:] = torch.arange(n, n + len(tail))
-            slots[k, :pads] = torch.arange(n + len(tail), n + width)  # past the row's end: never seen
-        stats.prefill_tokens += sum(tails[i] for i in members)
-        stats.padded_tokens += sum(width - tails[i] for i in members)
-        ids, slots = ids.to(device), slots.to(device)
-        for c in range(0, width, chunk):
-            out = _forward(model, cache, ids[:, c : c + chunk], slots[:, c : c + chunk], a, dtype, eager_mask)
-        last_logits.append(out)
-    logits = torch.cat(last_logits)
-    stats.prefill_s += time.perf_counter() - t1
 
     # 3. decode: rows leave the batch as they finish; a prompt prefix common to all rows is attended
     # once per step for the whole batch (kit.llm.shared_prefix_attention)
@@ -296,6 +240,93 @@ def generate_rows(
 
     longest = max(len(g) for g in generated.values())
     return [generated[i] + [pad_id] * (longest - len(generated[i])) for i in range(len(rows))]
+
+
+def prefill(model: Any, rows: list[tuple[int, ...]], *, store: PrefixKVCache | None, pad_id: int, chunk: int,
+            eager_mask: bool, stats: GenStats, room: int, cache: RowCache | None = None,
+            started: float | None = None, keep_prompts: bool = False) -> tuple[RowCache, list[int], torch.Tensor]:
+    """Steps 1 and 2 of the module doc for `rows`: reuse stored prefixes, prefill the tails.
+
+    The rows go into a new RowCache (`cache` None) or join a running one after its active rows
+    (grown as needed), with `room` free slots after each prompt; `keep_prompts`: store each prompt
+    that was not stored whole, at once (a request arriving while this one decodes reuses it).
+    Returns (cache, order, logits):
+    the row in buffer row first + j is rows[order[j]], and logits[j] are its next-token logits.
+    """
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    t0 = time.perf_counter() if started is None else started
+    # 1. reuse: per row, the longest stored prefix (all but the last token: its logits are needed)
+    prefixes: list[tuple[Any, int]] = [(None, 0)] * len(rows)
+    if store is not None:
+        store.sync(model)
+        prefixes = [store.match(r, len(r) - 1) for r in rows]
+        shared = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
+        if len(rows) > 1 and shared >= store.min_tokens and any(n < shared for _, n in prefixes):
+            t1 = time.perf_counter()
+            before = store.stats["computed_tokens"]
+            if store.lookup(model, list(rows[0][:shared])) is not None:  # once for every row
+                prefixes = [store.match(r, len(r) - 1) for r in rows]
+            stats.prefill_tokens += store.stats["computed_tokens"] - before
+            stats.prefill_s += time.perf_counter() - t1
+            t0 += time.perf_counter() - t1  # not "other" time
+    reused = [n for _, n in prefixes]
+    stats.reused_tokens += sum(reused)
+    if store is not None:  # per row: whole prompt (but its last token) stored, a prefix of it, nothing
+        for r, n in zip(rows, reused):
+            store.stats["row_hits" if n == len(r) - 1 else "row_partial" if n else "row_misses"] += 1
+
+    # rows sorted by tail length (longest first): prefill groups are contiguous buffer rows
+    tails = [len(r) - n for r, n in zip(rows, reused)]
+    order = sorted(range(len(rows)), key=lambda i: -tails[i])
+    groups = _groups([tails[i] for i in order])
+    widths = {}
+    for a, b in groups:
+        for i in order[a:b]:
+            widths[i] = tails[order[a]]
+    capacity = max(max(reused[i] + widths[i] for i in order), max(len(r) for r in rows) + room)
+    if cache is None:
+        cache, first = RowCache(model, len(rows), capacity), 0
+    else:  # join a running batch: the new rows go after the active ones
+        first = cache.active
+        cache.grow(first + len(rows), capacity)
+        cache.active = first + len(rows)
+    for slot, i in enumerate(order):
+        key, n = prefixes[i]
+        if key is not None:
+            cache.load(first + slot, store.get(key, n), n)
+    stats.other_s += time.perf_counter() - t0
+
+    # 2. ragged prefill, group by group, chunk by chunk; keep the last column's logits
+    t1 = time.perf_counter()
+    last_logits: list[torch.Tensor] = []
+    for a, b in groups:
+        members = order[a:b]
+        width = widths[members[0]]
+        ids = torch.full((b - a, width), pad_id, dtype=torch.long)
+        slots = torch.empty((b - a, width), dtype=torch.long)
+        for k, i in enumerate(members):
+            n, tail = reused[i], rows[i][reused[i]:]
+            pads = width - len(tail)
+            ids[k, pads:] = torch.tensor(tail)
+            slots[k, pads:] = torch.arange(n, n + len(tail))
+            slots[k, :pads] = torch.arange(n + len(tail), n + width)  # past the row's end: never seen
+        stats.prefill_tokens += sum(tails[i] for i in members)
+        stats.padded_tokens += sum(width - tails[i] for i in members)
+        ids, slots = ids.to(device), slots.to(device)
+        for c in range(0, width, chunk):
+            out = _forward(model, cache, ids[:, c : c + chunk], slots[:, c : c + chunk], first + a, dtype, eager_mask)
+        last_logits.append(out)
+    logits = torch.cat(last_logits)
+    stats.prefill_s += time.perf_counter() - t1
+    if keep_prompts and store is not None:
+        t2 = time.perf_counter()
+        for slot, i in enumerate(order):
+            if len(rows[i]) - reused[i] > store.min_tokens:
+                store.put(rows[i], cache.export(first + slot, len(rows[i])))
+        stats.other_s += time.perf_counter() - t2
+    return cache, order, logits
+
 
 
 def _forward(model, cache: RowCache, ids, slots, first: int, dtype, eager: bool, shared: int = 0):
