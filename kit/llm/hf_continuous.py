@@ -43,7 +43,7 @@ class Request:
     stop_criteria: Any = None
 
 
-@dataclass
+@dataclass(eq=False)  # rows are told apart by identity (rows.index), never by content
 class _Row:
     req: Request
     seq: list[int]  # prompt + generated
