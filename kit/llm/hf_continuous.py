@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from kit.llm.hf_generate import GenStats, Sampler, _forward, prefill
+from kit.llm.hf_generate import GenStats, Sampler, _forward, prefill, stop_hits
 from kit.llm.prefix_cache import PrefixKVCache, common_prefix_len
 from kit.llm.row_cache import RowCache
 from kit.llm.shared_prefix_attention import shared_prefix
@@ -73,11 +73,7 @@ def _finished(row: _Row, eos_ids: set[int], pad_id: int) -> bool:
     if row.new[-1] in eos_ids or len(row.new) >= row.req.max_new_tokens:
         return True
     stop = row.req.stop_criteria
-    if stop is None:
-        return False
-    window = stop.maximum_token_len
-    recent = torch.tensor([[pad_id] * max(0, window - len(row.seq)) + row.seq[-window:]])
-    return bool(stop(recent, None)[0])
+    return stop is not None and bool(stop_hits(stop, [row.seq], pad_id)[0])
 
 
 def serve(

@@ -210,9 +210,7 @@ def generate_rows(
             if tok in eos_ids or len(new[k]) >= max_new_tokens:
                 finished.append(k)
         if stop_criteria is not None:
-            window = stop_criteria.maximum_token_len
-            recent = torch.tensor([[pad_id] * max(0, window - len(s)) + s[-window:] for s in seqs])
-            hits = stop_criteria(recent, None).tolist()
+            hits = stop_hits(stop_criteria, seqs, pad_id)
             finished = sorted(set(finished) | {k for k, hit in enumerate(hits) if hit})
         for k in sorted(finished, reverse=True):  # drop from the end: moved rows are still unfinished
             te = time.perf_counter()
@@ -240,6 +238,13 @@ def generate_rows(
 
     longest = max(len(g) for g in generated.values())
     return [generated[i] + [pad_id] * (longest - len(generated[i])) for i in range(len(rows))]
+
+
+def stop_hits(stop_criteria: Any, seqs: list[list[int]], pad_id: int) -> list[bool]:
+    """Per sequence: does it end with one of the stop strings (transformers' StopStringCriteria)?"""
+    window = stop_criteria.maximum_token_len
+    recent = torch.tensor([[pad_id] * max(0, window - len(s)) + s[-window:] for s in seqs])
+    return stop_criteria(recent, None).tolist()
 
 
 def prefill(model: Any, rows: list[tuple[int, ...]], *, store: PrefixKVCache | None, pad_id: int, chunk: int,

@@ -223,6 +223,16 @@ def run_episodes(
         if on_done is not None:
             on_done(traj)
 
+    def after_turn(ep: _Episode, role: str, completion: Completion, latency: float) -> None:
+        """Record one generated turn, then end the episode if it is over."""
+        _apply(ep, domain, role, completion, latency, ep.steps)
+        if ep.termination:
+            finish(ep)
+        elif ep.errors >= cfg.max_errors:
+            finish(ep, "too_many_errors")
+        elif ep.steps >= cfg.max_steps:
+            finish(ep, "max_steps")
+
     for ep in eps:  # a history that already ends the episode
         if ep.messages and ep.messages[-1].role == "assistant" and STOP in (ep.messages[-1].content or ""):
             finish(ep, "agent_stop")
@@ -238,13 +248,7 @@ def run_episodes(
 
         def turn_done(key: tuple, completion: Completion) -> list:
             ep, role, t0 = key
-            _apply(ep, domain, role, completion, time.perf_counter() - t0, ep.steps)
-            if ep.termination:
-                finish(ep)
-            elif ep.errors >= cfg.max_errors:
-                finish(ep, "too_many_errors")
-            elif ep.steps >= cfg.max_steps:
-                finish(ep, "max_steps")
+            after_turn(ep, role, completion, time.perf_counter() - t0)
             return [request(ep)] if ep.next else []
 
         agent.serve([request(ep) for ep in eps if ep.next], turn_done, seed=cfg.seed)
@@ -265,12 +269,6 @@ def run_episodes(
             outs = backend.generate_batch(convs, tools, p)
             latency = (time.perf_counter() - t0) / len(waiting)
             for ep, comps in zip(waiting, outs):
-                _apply(ep, domain, role, comps[0], latency, ep.steps)
-                if ep.termination:
-                    finish(ep)
-                elif ep.errors >= cfg.max_errors:
-                    finish(ep, "too_many_errors")
-                elif ep.steps >= cfg.max_steps:
-                    finish(ep, "max_steps")
+                after_turn(ep, role, comps[0], latency)
     bar.close()
     return [r for r in results if r is not None]
