@@ -223,20 +223,86 @@ def test_prefix_cache_is_not_reused_after_weights_change(backend):
 
 
 def test_fast_path_generates_what_model_generate_does(backend):
-    """Same greedy tokens, same seeded samples (temperature, top-p, the default top-k), same stop
-    strings as transformers' `model.generate`, with an empty and with a warm prefix cache."""
+    """Same greedy tokens and stop strings as transformers' `model.generate`, with an empty and with
+    a warm prefix cache; seeded samples (temperature, top-p, the default top-k, top_k=0) are
+    reproducible, from an empty cache and from a warm one. (Their distribution is checked against
+    transformers' warpers in test_sampler_draws_from_the_distribution_transformers_defines.)"""
     fast, slow = _fresh(backend), _fresh(backend, fast_decode=False, prefix_cache_min_tokens=0)
     assert fast.fast_decode and not slow.fast_decode
-    for params in (
-        {"temperature": 0, "max_new_tokens": 12},
-        {"n": 2, "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 10, "seed": 3},
-        {"n": 2, "temperature": 1.0, "max_new_tokens": 8, "seed": 1234},
-        {"n": 2, "temperature": 1.0, "top_k": 0, "max_new_tokens": 8, "seed": 7},
-        {"temperature": 0, "max_new_tokens": 20, "stop": [" "]},
-    ):
+    for params in ({"temperature": 0, "max_new_tokens": 12}, {"temperature": 0, "max_new_tokens": 20, "stop": [" "]}):
         expected = _tokens(slow.generate_batch(CONVERSATIONS, TOOLS, params))
         assert _tokens(fast.generate_batch(CONVERSATIONS, TOOLS, params)) == expected, params
         assert _tokens(fast.generate_batch(CONVERSATIONS, TOOLS, params)) == expected, params  # from the cache
+    for params in (
+        {"n": 2, "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 10, "seed": 3},
+        {"n": 2, "temperature": 1.0, "max_new_tokens": 8, "seed": 1234},
+        {"n": 2, "temperature": 1.0, "top_k": 0, "max_new_tokens": 8, "seed": 7},
+    ):
+        first = _tokens(_fresh(backend).generate_batch(CONVERSATIONS, TOOLS, params))
+        assert _tokens(fast.generate_batch(CONVERSATIONS, TOOLS, params)) == first, params  # warm cache
+        assert len({c[0] for g in first for c in g}) > len(CONVERSATIONS), params  # the n samples differ
+
+
+def _chi_square_p(counts, probs):
+    """p-value of Pearson's chi-square test of `counts` against `probs` (cells expected under 5
+    pooled), from the chi-square survival function."""
+    expected = probs * counts.sum()
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum().reshape(1)])
+    exp = torch.cat([expected[big], expected[~big].sum().reshape(1)])
+    keep = exp > 0
+    if bool((obs[~keep] > 0).any()):
+        return 0.0  # a draw where the distribution has no mass
+    obs, exp = obs[keep], exp[keep]
+    stat = ((obs - exp) ** 2 / exp).sum()
+    df = torch.tensor(float(len(obs) - 1), dtype=torch.float64)
+    return float(torch.special.gammaincc(df / 2, stat / 2))
+
+
+@pytest.mark.parametrize("settings", [
+    {"temperature": 0.7, "top_k": 50, "top_p": 0.9},
+    {"temperature": 1.0, "top_k": 50, "top_p": 1.0},
+    {"temperature": 1.3, "top_k": 0, "top_p": 1.0},
+    {"temperature": 1.0, "top_k": 0, "top_p": 0.8},
+    {"temperature": 1.0, "top_k": 20, "top_p": 1.0, "ties": True},
+])
+def test_sampler_draws_from_the_distribution_transformers_defines(settings):
+    """The fast path's Sampler against transformers' own temperature / top-k / top-p warpers and
+    softmax: 40k draws per setting pass a chi-square test, never pick a token the warpers removed;
+    the same test rejects draws made without the temperature (the test can fail)."""
+    from transformers import GenerationConfig
+    from transformers.generation.logits_process import (
+        LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
+    )
+
+    from kit.llm.hf_generate import Sampler
+
+    settings = dict(settings)
+    ties = settings.pop("ties", False)
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(400, generator=gen, dtype=torch.float64).float() * 2.5
+    if ties:  # many tokens share the k-th score: transformers keeps them all
+        logits = logits.round()
+    warpers = LogitsProcessorList([TemperatureLogitsWarper(settings["temperature"])] * (settings["temperature"] != 1.0))
+    if settings["top_k"]:
+        warpers.append(TopKLogitsWarper(settings["top_k"]))
+    if settings["top_p"] < 1.0:
+        warpers.append(TopPLogitsWarper(settings["top_p"]))
+    probs = torch.softmax(warpers(None, logits[None].clone())[0], dim=-1).double()
+    if ties:
+        assert int((probs > 0).sum()) > settings["top_k"]
+
+    def draws(sampler_settings, n=40_000):
+        sampler = Sampler(GenerationConfig(do_sample=True, **sampler_settings))
+        torch.manual_seed(1)
+        picked = torch.cat([sampler(logits.expand(4000, -1)) for _ in range(n // 4000)])
+        return torch.bincount(picked, minlength=len(logits)).double()
+
+    counts = draws(settings)
+    assert bool((counts[probs == 0] == 0).all())
+    assert _chi_square_p(counts, probs) > 1e-3, settings
+    if settings["temperature"] != 1.0:
+        assert _chi_square_p(draws({**settings, "temperature": 1.0}), probs) < 1e-6
 
 
 def test_top_k_zero_samples_from_the_full_distribution(backend):
@@ -392,13 +458,18 @@ def test_packed_linears_match_and_follow_weight_updates(backend):
 
 def test_shared_prefix_and_packed_weights_generate_what_model_generate_does(backend):
     """Rows sharing a long system prompt: the fast path attends the prefix once per decode step for
-    all rows and runs packed weights, and still yields model.generate's greedy and seeded tokens."""
+    all rows and runs packed weights, and still yields model.generate's greedy tokens; seeded
+    samples are those of the fast path on plain weights and attention (same logits up to rounding,
+    same draws)."""
     fast, slow = _fresh(backend), _fresh(backend, fast_decode=False, prefix_cache_min_tokens=0)
-    assert fast.packed is not None
-    for params in ({"temperature": 0, "max_new_tokens": 12}, {"n": 2, "temperature": 1.0, "max_new_tokens": 8, "seed": 5}):
+    plain = _fresh(backend, pack_weights=False, shared_prefix_attention=False, prefix_cache_min_tokens=0)
+    assert fast.packed is not None and plain.packed is None
+    greedy, sampled = {"temperature": 0, "max_new_tokens": 12}, {"n": 2, "temperature": 1.0, "max_new_tokens": 8, "seed": 5}
+    for params, reference in ((greedy, slow), (sampled, plain)):
         before = fast.stats.shared_steps
-        assert _tokens(fast.generate_batch(SHARED, TOOLS, params)) == _tokens(slow.generate_batch(SHARED, TOOLS, params))
+        assert _tokens(fast.generate_batch(SHARED, TOOLS, params)) == _tokens(reference.generate_batch(SHARED, TOOLS, params))
         assert fast.stats.shared_steps > before
+    assert plain.stats.shared_steps == 0
     assert backend.model.config._attn_implementation == "sdpa"  # switched back after every step
     assert all("forward" not in vars(m) for m in backend.model.modules())
 

@@ -7,8 +7,9 @@ gives the same completions, and the caller's global RNG is left as it was. (Outp
 batch composition and on what the prefix cache holds: float rounding differs. Same inputs and
 cache, same outputs; not bit-equal to a batch of one.)
 
-Two generation paths, same sampling (transformers' temperature and top-p warpers, multinomial or
-argmax, `StopStringCriteria`):
+Two generation paths, same sampling distribution (transformers' temperature, top-k and top-p
+semantics, argmax when greedy, `StopStringCriteria`; the fast path draws through
+kit.llm.hf_generate.Sampler, so its seeded samples are not `model.generate`'s):
 
 * fast (kit.llm.hf_generate), for full-attention decoders with plain sampling settings: each row
   reuses the KV states of its longest known token prefix from the prefix cache (the previous turn
@@ -72,6 +73,9 @@ class HFBackend(Backend):
             copies of their weights (kit.llm.packed_linear; skinny batched matmuls stop re-packing
             the weights every call). "auto" packs when the linear weights take at most 2 GiB (the
             copies cost as much memory again); True packs at any size; False never.
+        shared_prefix_attention: fast path: when all rows of a batch share a prompt prefix (the
+            system prompt of a group), decode steps attend it once for all rows
+            (kit.llm.shared_prefix_attention); False attends it per row.
 
     Trainers that update the weights through `param.data` (which bumps no version counter) must call
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
@@ -93,6 +97,7 @@ class HFBackend(Backend):
         fast_decode: bool = True,
         prefill_chunk: int = 256,
         pack_weights: bool | str = "auto",
+        shared_prefix_attention: bool = True,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -139,6 +144,7 @@ class HFBackend(Backend):
             raise ValueError(f"pack_weights must be True, False or 'auto', not {pack_weights!r}")
         self.packed = (PackedLinears(max_bytes=(2 << 30) if pack_weights == "auto" else 1 << 62)
                        if pack_weights and self.fast_decode else None)
+        self.shared_prefix_attention = shared_prefix_attention
         self._stop_criteria: dict[tuple[str, ...], Any] = {}
 
         gc = model.generation_config
@@ -241,7 +247,8 @@ class HFBackend(Backend):
                     torch.manual_seed(seed)
                 serve(self.model, [request(*r) for r in requests], finished, eos_ids=self.eos_ids, pad_id=self.pad_id,
                       store=self.prefix_cache, chunk=self.prefill_chunk, max_rows=self.max_batch_size,
-                      eager_mask=self.model.config._attn_implementation == "eager", stats=self.stats)
+                      eager_mask=self.model.config._attn_implementation == "eager", stats=self.stats,
+                      split_attention=self.shared_prefix_attention)
         finally:
             self.model.train(was_training)
 
@@ -287,6 +294,7 @@ class HFBackend(Backend):
                 chunk=self.prefill_chunk,
                 eager_mask=self.model.config._attn_implementation == "eager",
                 stats=self.stats,
+                split_attention=self.shared_prefix_attention,
             )
         return [self._completion(ids, len(row), params.stop) for ids, row in zip(new_tokens, rows)]
 

@@ -13,7 +13,7 @@ generated ids and returns the follow-up requests (possibly none). New requests a
 (stored prefixes reused, kit.llm.hf_generate.prefill) into buffer rows after the active ones, then
 decode with them; finished rows are stored in the prefix store and leave the batch, as in
 generate_rows. Every row keeps its own sampling settings (`Sampler`), token budget and stop
-strings. Sampling draws `torch.multinomial` per group of rows with the same sampler from the
+strings. Each group of rows with the same sampler draws together from the
 global generator (seed it for reproducible runs): the draws depend on the order in which
 requests arrive, so seeded samples differ from generate_rows'; greedy tokens are the same.
 """
@@ -58,13 +58,7 @@ def _sample(rows: list[_Row], logits: torch.Tensor) -> list[int]:
         by_sampler.setdefault(id(row.req.sampler), []).append(k)
     for ks in by_sampler.values():
         sampler = rows[ks[0]].req.sampler
-        scores = logits[ks].to(dtype=torch.float32)
-        if sampler.greedy:
-            picked = scores.argmax(dim=-1)
-        else:
-            scores = sampler.processors(None, scores)
-            picked = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-        for k, tok in zip(ks, picked.tolist()):
+        for k, tok in zip(ks, sampler(logits[ks]).tolist()):
             out[k] = tok
     return out
 
