@@ -392,12 +392,15 @@ def test_prefix_store_keeps_the_longest_sequences_within_its_budget():
 
 @pytest.mark.parametrize("boolean_mask", [True, False])
 @pytest.mark.parametrize("fused", [True, False])
-def test_split_decode_attention_equals_full_attention(boolean_mask, fused, monkeypatch):
+@pytest.mark.parametrize("q_len", [1, 4])
+def test_split_attention_equals_full_attention(boolean_mask, fused, q_len, monkeypatch):
     """Shared prefix attended once + per-row tails, merged by log-sum-exp == sdpa over each row's
-    own keys (rows of different lengths, GQA with 3 query heads per key/value head); with torch's
-    CPU flash kernel and with the plain-ops fallback used on other devices."""
+    own keys (rows of different lengths, GQA with 3 query heads per key/value head); one query
+    token per row (decode) and several under a causal mask (ragged prefill, queries past the row's
+    end included); with torch's CPU flash kernel and with the plain-ops fallback used on other
+    devices. The grouped attention of a prefill without a shared prefix equals sdpa too."""
     from kit.llm import shared_prefix_attention
-    from kit.llm.shared_prefix_attention import split_decode_attention
+    from kit.llm.shared_prefix_attention import grouped_attention, split_attention
 
     if not fused:
         monkeypatch.setattr(shared_prefix_attention, "_attend_with_lse", lambda *a: None)
@@ -408,19 +411,23 @@ def test_split_decode_attention_equals_full_attention(boolean_mask, fused, monke
     value = torch.randn(rows, kv_heads, span, dim, generator=g)
     key[:, :, :shared] = key[0, :, :shared]  # the prefix: the same tokens at the same slots in every row
     value[:, :, :shared] = value[0, :, :shared]
-    query = torch.randn(rows, kv_heads * group, 1, dim, generator=g)
-    lengths = torch.tensor([57, 41, 50, 44, 52])  # row r sees slots 0..lengths[r]-1
-    allowed = (torch.arange(span)[None, :] < lengths[:, None])[:, None, None, :]
+    query = torch.randn(rows, kv_heads * group, q_len, dim, generator=g)
+    ends = torch.tensor([57, 45, 50, 44, 52])  # the last query of row r sits at slot ends[r] - 1
+    slots = ends[:, None] - q_len + torch.arange(q_len)[None, :]  # >= shared: every query sees the prefix
+    allowed = (torch.arange(span)[None, None, :] <= slots[:, :, None])[:, None]  # causal: [rows, 1, q, span]
     mask = allowed if boolean_mask else torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
     full = torch.nn.functional.scaled_dot_product_attention(
         query, key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1), attn_mask=mask, scale=0.25)
-    got = split_decode_attention(query, key, value, mask, shared, 0.25)
-    assert got.shape == (rows, 1, kv_heads * group, dim)
+    got = split_attention(query, key, value, mask, shared, 0.25)
+    assert got.shape == (rows, q_len, kv_heads * group, dim)
     torch.testing.assert_close(got, full.transpose(1, 2), rtol=1e-5, atol=1e-5)
+    if fused:
+        torch.testing.assert_close(grouped_attention(query, key, value, mask, 0.25), full.transpose(1, 2),
+                                   rtol=1e-5, atol=1e-5)
     # row 0's copy of the prefix stands for all: a different prefix elsewhere would be ignored, so the
     # caller (hf_generate) only passes a prefix that all rows' token ids share
     key[3, :, :shared] += 1.0
-    assert torch.allclose(split_decode_attention(query, key, value, mask, shared, 0.25), got)
+    assert torch.allclose(split_attention(query, key, value, mask, shared, 0.25), got)
 
 
 def test_packed_linears_match_and_follow_weight_updates(backend):

@@ -1,6 +1,7 @@
 """`kit bench rollout`: one group of G episodes, batched vs one episode at a time.
 
-Both runs use the same backend, task, sampling and limits, in one process; the number is
+Both runs use the same backend, task, sampling and limits, in one process, and each starts with
+an empty prefix cache (the second run does not inherit the first one's system prompts); the number is
 aggregate generated tokens per second (agent + user completions / wall time). Backends that
 account for their generation time (HFBackend's `stats`, kit.llm.hf_generate.GenStats) also
 report where it went in each run: prefill, decode, other.
@@ -52,6 +53,12 @@ def _profile(backend, before) -> str:
     return delta.summary()
 
 
+def _cold(backend) -> None:
+    """Empty the backend's prefix cache (HFBackend), if it has one."""
+    if getattr(backend, "prefix_cache", None) is not None:
+        backend.prefix_cache.clear()
+
+
 def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int = 8, max_steps: int = 8,
                   max_new_tokens: int = 64, seed: int = 0, log: Callable[[str], None] | None = print,
                   continuous: bool = False) -> RolloutBench:
@@ -63,11 +70,13 @@ def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
     cfg = RolloutConfig(max_steps=max_steps, seed=seed, agent_params=params, user_params=params, continuous=continuous)
     snapshot = (lambda: copy.copy(backend.stats)) if hasattr(getattr(backend, "stats", None), "summary") else (lambda: None)
+    _cold(backend)
     before = snapshot()
     t0 = time.perf_counter()
     batched = run_episodes(dom, [task] * group, backend, backend, cfg, progress=True)
     tb = time.perf_counter() - t0
     batched_profile = _profile(backend, before)
+    _cold(backend)
     before = snapshot()
     t0 = time.perf_counter()
     seq = []

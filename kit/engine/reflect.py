@@ -23,7 +23,7 @@ import json
 from collections import Counter
 
 from kit.engine.choice import Chooser
-from kit.engine.plans import PERSONAS, PlanPair, Slice, tool_patterns, write_plan_texts
+from kit.engine.plans import PERSONAS, PlanPair, Slice, tool_patterns
 from kit.engine.prompts import Prompts
 from kit.envs.domain import Domain
 

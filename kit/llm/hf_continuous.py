@@ -103,7 +103,7 @@ def serve(
                 cache.active = 0
             cache, order, logits = prefill(model, ids, store=store, pad_id=pad_id, chunk=chunk, eager_mask=eager_mask,
                                            stats=stats, room=max(r.max_new_tokens for r in joining), cache=cache,
-                                           keep_prompts=True)
+                                           keep_prompts=True, split_attention=split_attention)
             new_rows = [_Row(joining[i], list(ids[i])) for i in order]
             rows += new_rows
             cache.order = list(range(len(rows)))

@@ -10,7 +10,9 @@ hardware:
 2. Ragged prefill. Only the rows' remaining tails are run through the model, in groups of rows
    with similar tail lengths (little padding) and chunks of at most `chunk` columns. Tails are
    left-aligned to the chunk's end so the last column holds every row's last prompt token and only
-   its logits are computed. Keys/values go into a `RowCache` at each row's own slots.
+   its logits are computed. Keys/values go into a `RowCache` at each row's own slots. A prompt
+   prefix that all rows of a group hold already is attended once for the group, and query heads
+   that share a key/value head are attended as one block (kit.llm.shared_prefix_attention).
 3. Decode. All unfinished rows advance together, one token per step. A row that emits an end
    token, matches a stop string or reaches `max_new_tokens` is finished: its states
    (prompt + completion) are stored in the `PrefixKVCache` for the next turn and it leaves the
@@ -200,7 +202,7 @@ def generate_rows(
     rows = [tuple(r) for r in rows]
 
     cache, order, logits = prefill(model, rows, store=store, pad_id=pad_id, chunk=chunk, eager_mask=eager_mask,
-                                   stats=stats, room=max_new_tokens, started=t0)
+                                   stats=stats, room=max_new_tokens, started=t0, split_attention=split_attention)
     cache.order = list(order)
     dtype = next(model.parameters()).dtype
 
@@ -261,12 +263,14 @@ def stop_hits(stop_criteria: Any, seqs: list[list[int]], pad_id: int) -> list[bo
 
 def prefill(model: Any, rows: list[tuple[int, ...]], *, store: PrefixKVCache | None, pad_id: int, chunk: int,
             eager_mask: bool, stats: GenStats, room: int, cache: RowCache | None = None,
-            started: float | None = None, keep_prompts: bool = False) -> tuple[RowCache, list[int], torch.Tensor]:
+            started: float | None = None, keep_prompts: bool = False,
+            split_attention: bool = True) -> tuple[RowCache, list[int], torch.Tensor]:
     """Steps 1 and 2 of the module doc for `rows`: reuse stored prefixes, prefill the tails.
 
     The rows go into a new RowCache (`cache` None) or join a running one after its active rows
     (grown as needed), with `room` free slots after each prompt; `keep_prompts`: store each prompt
-    that was not stored whole, at once (a request arriving while this one decodes reuses it).
+    that was not stored whole, at once (a request arriving while this one decodes reuses it);
+    `split_attention`: a prefix common to a group of rows is attended once for the group.
     Returns (cache, order, logits):
     the row in buffer row first + j is rows[order[j]], and logits[j] are its next-token logits.
     """
@@ -331,8 +335,13 @@ def prefill(model: Any, rows: list[tuple[int, ...]], *, store: PrefixKVCache | N
         stats.prefill_tokens += sum(tails[i] for i in members)
         stats.padded_tokens += sum(width - tails[i] for i in members)
         ids, slots = ids.to(device), slots.to(device)
-        for c in range(0, width, chunk):
-            out = _forward(model, cache, ids[:, c : c + chunk], slots[:, c : c + chunk], first + a, dtype, eager_mask)
+        # a prompt prefix common to the group that every member holds already is attended once
+        common = min(common_prefix_len([rows[i] for i in members]), min(reused[i] for i in members))
+        with shared_prefix(model) as on:  # and without per-head key/value copies (grouped attention)
+            shared = common if on and split_attention and b - a > 1 and common >= 32 else 0
+            for c in range(0, width, chunk):
+                out = _forward(model, cache, ids[:, c : c + chunk], slots[:, c : c + chunk], first + a, dtype,
+                               eager_mask, shared)
         last_logits.append(out)
     logits = torch.cat(last_logits)
     stats.prefill_s += time.perf_counter() - t1
