@@ -31,6 +31,7 @@ unchanged. Only models whose attention implementation is "sdpa" are switched.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,7 +106,9 @@ def _unfold(out: torch.Tensor, heads: int, q_len: int) -> torch.Tensor:
     return out.reshape(rows, heads, q_len, dim).transpose(1, 2).contiguous()
 
 
-_memo: list[Any] = [None, None]  # (mask, its additive float form per (start, group)): one forward's mask serves every layer
+# per thread: the last mask seen and its additive forms; transformers passes one forward's mask
+# object to every layer, so it is converted once per forward, not once per layer
+_memo = threading.local()
 
 
 def _additive(mask: torch.Tensor | None, start: int, group: int, dtype: torch.dtype) -> torch.Tensor | None:
@@ -113,10 +116,10 @@ def _additive(mask: torch.Tensor | None, start: int, group: int, dtype: torch.dt
     with its query rows repeated for the `group` folded query heads: [rows, 1, group * q, keys]."""
     if mask is None:
         return None
-    if _memo[0] is not mask:
-        _memo[0], _memo[1] = mask, {}
+    if getattr(_memo, "mask", None) is not mask:
+        _memo.mask, _memo.forms = mask, {}
     key = (start, group, dtype)
-    if key not in _memo[1]:
+    if key not in _memo.forms:
         part = mask[:, :, :, start:]
         if part.dtype == torch.bool:
             part = torch.zeros(part.shape, dtype=dtype, device=part.device).masked_fill_(~part, float("-inf"))
@@ -124,8 +127,8 @@ def _additive(mask: torch.Tensor | None, start: int, group: int, dtype: torch.dt
             part = part.to(dtype)
         if group > 1 and part.shape[2] > 1:
             part = part.repeat(1, 1, group, 1)
-        _memo[1][key] = part
-    return _memo[1][key]
+        _memo.forms[key] = part
+    return _memo.forms[key]
 
 
 def grouped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
