@@ -13,9 +13,10 @@ generated ids and returns the follow-up requests (possibly none). New requests a
 (stored prefixes reused, kit.llm.hf_generate.prefill) into buffer rows after the active ones, then
 decode with them; finished rows are stored in the prefix store and leave the batch, as in
 generate_rows. Every row keeps its own sampling settings (`Sampler`), token budget and stop
-strings. Each group of rows with the same sampler draws together from the
-global generator (seed it for reproducible runs): the draws depend on the order in which
-requests arrive, so seeded samples differ from generate_rows'; greedy tokens are the same.
+strings. Each group of rows with the same sampler draws together from the global generator (seed
+it for reproducible runs), in the order the rows were admitted (not their buffer positions, which
+depend on what the prefix store held); follow-ups are queued in that order too. The draws depend
+on when requests arrive, so seeded samples differ from generate_rows'; greedy tokens are the same.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Request:
 class _Row:
     req: Request
     seq: list[int]  # prompt + generated
+    serial: int  # admission order: draws and follow-ups go by it, not by buffer position
     new: list[int] = field(default_factory=list)
 
 
@@ -54,8 +56,10 @@ def _sample(rows: list[_Row], logits: torch.Tensor) -> list[int]:
     """One token per row, each group of rows sharing a sampler drawn together."""
     out = [0] * len(rows)
     by_sampler: dict[int, list[int]] = {}
-    for k, row in enumerate(rows):
-        by_sampler.setdefault(id(row.req.sampler), []).append(k)
+    # a canonical order (groups and rows by admission): which uniform number a row draws must not
+    # depend on where prefill put it in the buffer (that follows what the prefix store held)
+    for k in sorted(range(len(rows)), key=lambda k: rows[k].serial):
+        by_sampler.setdefault(id(rows[k].req.sampler), []).append(k)
     for ks in by_sampler.values():
         sampler = rows[ks[0]].req.sampler
         for k, tok in zip(ks, sampler(logits[ks]).tolist()):
@@ -91,6 +95,7 @@ def serve(
     cache: RowCache | None = None
     rows: list[_Row] = []  # rows[i] is in buffer row i
     queue = list(requests)
+    admitted = 0
     while queue or rows:
         if queue and len(rows) < max_rows:  # admit: prefill the new rows after the active ones
             room = max_rows - len(rows)
@@ -104,7 +109,8 @@ def serve(
             cache, order, logits = prefill(model, ids, store=store, pad_id=pad_id, chunk=chunk, eager_mask=eager_mask,
                                            stats=stats, room=max(r.max_new_tokens for r in joining), cache=cache,
                                            keep_prompts=True, split_attention=split_attention)
-            new_rows = [_Row(joining[i], list(ids[i])) for i in order]
+            new_rows = [_Row(joining[i], list(ids[i]), admitted + i) for i in order]
+            admitted += len(joining)
             rows += new_rows
             cache.order = list(range(len(rows)))
             pending = list(zip(new_rows, _sample(new_rows, logits)))
@@ -137,5 +143,5 @@ def serve(
             rows[k] = rows[-1]
             rows.pop()
         stats.other_s += time.perf_counter() - te
-        for row in done:
+        for row in sorted(done, key=lambda r: r.serial):
             queue += on_done(row.req.key, row.new)
