@@ -336,9 +336,11 @@ def prefill(model: Any, rows: list[tuple[int, ...]], *, store: PrefixKVCache | N
         stats.padded_tokens += sum(width - tails[i] for i in members)
         ids, slots = ids.to(device), slots.to(device)
         # a prompt prefix common to the group that every member holds already is attended once
-        common = min(common_prefix_len([rows[i] for i in members]), min(reused[i] for i in members))
         with shared_prefix(model) as on:  # and without per-head key/value copies (grouped attention)
-            shared = common if on and split_attention and b - a > 1 and common >= 32 else 0
+            shared = 0
+            if on and split_attention and b - a > 1:
+                common = min(common_prefix_len([rows[i] for i in members]), min(reused[i] for i in members))
+                shared = common if common >= 32 else 0
             for c in range(0, width, chunk):
                 out = _forward(model, cache, ids[:, c : c + chunk], slots[:, c : c + chunk], first + a, dtype,
                                eager_mask, shared)

@@ -82,7 +82,7 @@ def attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.
     plain = dropout or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
     if not plain and kit_shared > 0 and (rows > 1 or q_len > 1):
         return split_attention(query, key, value, attention_mask, kit_shared, scale), None
-    if not plain and q_len > 1 and attention_mask is not None and query.device.type == "cpu":
+    if not plain and q_len > 1 and attention_mask is not None:  # None back: no fused kernel here
         out = grouped_attention(query, key, value, attention_mask, scale)
         if out is not None:
             return out, None
