@@ -361,12 +361,28 @@ def test_rows_with_very_different_tails_are_prefilled_apart_and_in_chunks(backen
     assert fast.stats.prefill_tokens - before.prefill_tokens == new_row + 3
 
 
-def test_prefill_groups_bound_padding():
+def test_prefill_groups_are_the_cheapest_split():
+    import itertools
+    import random
+
     from kit.llm.hf_generate import _groups
 
-    assert _groups([100, 90, 10, 9, 1]) == [(0, 2), (2, 5)]  # short tails always go together
+    assert _groups([100, 90, 10, 9, 1]) == [(0, 2), (2, 5)]  # short tails go together
     assert _groups([400, 100, 99]) == [(0, 1), (1, 3)]
     assert _groups([5]) == [(0, 1)]
+    assert _groups([40] * 8) == [(0, 8)]  # no padding: one pass
+
+    def cost(tails, groups, pass_tokens=32, chunk=256):
+        return sum((b - a) * tails[a] + pass_tokens * -(-tails[a] // chunk) for a, b in groups)
+
+    rng = random.Random(0)
+    for _ in range(200):  # against every split into contiguous groups
+        tails = sorted((rng.randint(1, 600) for _ in range(rng.randint(1, 7))), reverse=True)
+        groups = _groups(tails)
+        assert [a for a, _ in groups] == [0] + [b for _, b in groups[:-1]] and groups[-1][1] == len(tails)
+        splits = ([(a, b) for a, b in zip((0,) + cuts, cuts + (len(tails),))]
+                  for k in range(len(tails)) for cuts in itertools.combinations(range(1, len(tails)), k))
+        assert cost(tails, groups) == min(cost(tails, s) for s in splits)
 
 
 def test_prefix_store_keeps_the_longest_sequences_within_its_budget():

@@ -1,7 +1,8 @@
 """`kit bench rollout`: one group of G episodes, batched vs one episode at a time.
 
-Both runs use the same backend, task, sampling and limits, in one process, and each starts with
-an empty prefix cache (the second run does not inherit the first one's system prompts); the number is
+Both runs use the same backend, task, sampling and limits, in one process, after one short untimed
+warm-up episode group, and each starts with an empty prefix cache (the second run does not inherit
+the first one's system prompts); the number is
 aggregate generated tokens per second (agent + user completions / wall time). Backends that
 account for their generation time (HFBackend's `stats`, kit.llm.hf_generate.GenStats) also
 report where it went in each run: prefill, decode, other.
@@ -70,6 +71,11 @@ def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
     cfg = RolloutConfig(max_steps=max_steps, seed=seed, agent_params=params, user_params=params, continuous=continuous)
     snapshot = (lambda: copy.copy(backend.stats)) if hasattr(getattr(backend, "stats", None), "summary") else (lambda: None)
+    # warm-up, not timed: what either run would otherwise pay once (weights packed, kernels for each
+    # batch shape chosen, templates compiled), here before both instead of inside the first one
+    short = SamplingParams(temperature=1.0, max_new_tokens=8)
+    run_episodes(dom, [task] * group, backend, backend,
+                 RolloutConfig(max_steps=2, seed=seed, agent_params=short, user_params=short), progress=False)
     _cold(backend)
     before = snapshot()
     t0 = time.perf_counter()

@@ -168,7 +168,7 @@ def split_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     l1 = l1.reshape(kv_heads, rows, group * q_len).transpose(0, 1)
     # softmax over both parts: weights e^lse1 and e^lse2, i.e. sigmoid(lse1 - lse2) for the prefix
     w = torch.sigmoid((l1 - l2).float()).unsqueeze(-1)
-    out = o2.float() + w * (o1.float() - o2.float())
+    out = torch.lerp(o2.float(), o1.float(), w)  # o2 + w (o1 - o2) in one pass
     return _unfold(out.to(query.dtype), heads, q_len)
 
 
