@@ -170,14 +170,19 @@ def _cmd_bench_rollout(args: argparse.Namespace) -> int:
     from kit.bench.rollout import bench_rollout
     from kit.llm import make_backend
 
+    if args.repeat < 1:
+        print(f"kit bench rollout: --repeat must be >= 1, got {args.repeat}", file=sys.stderr)
+        return 2
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     res = bench_rollout(make_backend(args.model), args.domain, args.task_index, args.group,
-                        args.max_steps, args.max_new_tokens, args.seed, continuous=args.continuous)
+                        args.max_steps, args.max_new_tokens, args.seed, continuous=args.continuous,
+                        repeat=args.repeat)
+    best = " (fastest of each)" if args.repeat > 1 else ""
     print(f"batched: {res.tokens[0]} tokens in {res.batched_s:.1f} s; "
-          f"one at a time: {res.tokens[1]} tokens in {res.sequential_s:.1f} s")
+          f"one at a time: {res.tokens[1]} tokens in {res.sequential_s:.1f} s{best}")
     print(res.line())
     return 0
 
@@ -371,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--max-new-tokens", type=int, default=64)
     br.add_argument("--seed", type=int, default=0)
     br.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    br.add_argument("--repeat", type=int, default=1,
+                    help="alternate both runs N times (same seeds) and keep each side's fastest (a noisy machine)")
     br.add_argument("--continuous", action="store_true",
                     help="batched run: each episode's next turn joins the running batch (RolloutConfig.continuous)")
     br.set_defaults(fn=_cmd_bench_rollout)

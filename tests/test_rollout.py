@@ -183,6 +183,28 @@ def test_continuous_batching_runs_the_episodes_the_turn_by_turn_schedule_runs(hf
     assert dialogues(True, sampled, sampled, seed=3)[0] == dialogues(True, sampled, sampled, seed=3)[0]
 
 
+@pytest.mark.slow
+def test_rollout_bench_alternates_repeats_of_the_same_work_and_keeps_each_sides_fastest(hf_backend):
+    """`kit bench rollout`'s function at a tiny size (not a speed check: no timing is asserted)."""
+    import re
+
+    from kit.bench.rollout import bench_rollout
+
+    lines = []
+    res = bench_rollout(hf_backend, "mock", 0, group=2, max_steps=2, max_new_tokens=4, log=lines.append, repeat=2)
+    repeats = [re.match(r"repeat (\d)/2: batched (\d+) tokens in ([\d.]+) s, one at a time (\d+) tokens in ([\d.]+) s", x)
+               for x in lines if x.startswith("repeat")]
+    assert [int(m.group(1)) for m in repeats] == [1, 2]
+    assert len({(m.group(2), m.group(4)) for m in repeats}) == 1  # the same seeds: the same tokens each time
+    assert res.tokens == (int(repeats[0].group(2)), int(repeats[0].group(4))) and min(res.tokens) > 0
+    assert abs(res.batched_s - min(float(m.group(3)) for m in repeats)) < 0.06
+    assert abs(res.sequential_s - min(float(m.group(5)) for m in repeats)) < 0.06
+    assert sum(x.startswith("batched profile: prefill") for x in lines) == 2
+    assert re.fullmatch(r"rollout speedup: [\d.]+x \([\d.]+ tok/s vs [\d.]+ tok/s\)", res.line())
+    with pytest.raises(ValueError, match="repeat must be >= 1"):
+        bench_rollout(hf_backend, "mock", 0, group=2, repeat=0)
+
+
 @pytest.fixture(scope="module")
 def hf_backend():
     import torch
