@@ -8,7 +8,8 @@ hardware:
    previous turn of the same conversation, or the system prompt it shares with other rows), and
    a prefix common to all rows that nothing holds yet is prefilled once, at batch 1.
 2. Ragged prefill. Only the rows' remaining tails are run through the model, in groups of rows
-   with similar tail lengths (little padding) and chunks of at most `chunk` columns. Tails are
+   with similar tail lengths (split where padding would cost more than another forward pass,
+   `_groups`) and chunks of at most `chunk` columns. Tails are
    left-aligned to the chunk's end so the last column holds every row's last prompt token and only
    its logits are computed. Keys/values go into a `RowCache` at each row's own slots. A prompt
    prefix that all rows of a group hold already is attended once for the group, and query heads
