@@ -166,13 +166,18 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 0 if not rep["problems"] else 1
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type: an integer >= 1 (a bad value is a usage error before anything loads)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _cmd_bench_rollout(args: argparse.Namespace) -> int:
     from kit.bench.rollout import bench_rollout
     from kit.llm import make_backend
 
-    if args.repeat < 1:
-        print(f"kit bench rollout: --repeat must be >= 1, got {args.repeat}", file=sys.stderr)
-        return 2
     if args.threads:
         import torch
 
@@ -376,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--max-new-tokens", type=int, default=64)
     br.add_argument("--seed", type=int, default=0)
     br.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    br.add_argument("--repeat", type=int, default=1,
+    br.add_argument("--repeat", type=_at_least_one, default=1,
                     help="alternate both runs N times (same seeds) and keep each side's fastest (a noisy machine)")
     br.add_argument("--continuous", action="store_true",
                     help="batched run: each episode's next turn joins the running batch (RolloutConfig.continuous)")

@@ -83,7 +83,7 @@ def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int
     short = SamplingParams(temperature=1.0, max_new_tokens=8)
     run_episodes(dom, [task] * group, backend, backend,
                  RolloutConfig(max_steps=2, seed=seed, agent_params=short, user_params=short), progress=False)
-    best: RolloutBench | None = None
+    runs: list[RolloutBench] = []
     for r in range(repeat):
         _cold(backend)
         before = snapshot()
@@ -101,6 +101,7 @@ def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int
         ts = time.perf_counter() - t0
         nb, ns = _tokens(batched), _tokens(seq)
         res = RolloutBench(nb / tb, ns / ts, tb, ts, (nb, ns), batched_profile, _profile(backend, before))
+        runs.append(res)
         if log is not None:
             if repeat > 1:
                 log(f"repeat {r + 1}/{repeat}: batched {nb} tokens in {tb:.1f} s, one at a time {ns} tokens in "
@@ -108,13 +109,7 @@ def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int
             if res.batched_profile:
                 log(f"batched profile: {res.batched_profile}")
                 log(f"one at a time profile: {res.sequential_profile}")
-        if best is None:
-            best = res
-        else:  # each side's fastest repeat
-            if tb < best.batched_s:
-                best.batched_s, best.batched_tok_s, best.batched_profile = tb, nb / tb, batched_profile
-                best.tokens = (nb, best.tokens[1])
-            if ts < best.sequential_s:
-                best.sequential_s, best.sequential_tok_s, best.sequential_profile = ts, ns / ts, res.sequential_profile
-                best.tokens = (best.tokens[0], ns)
-    return best
+    b = min(runs, key=lambda x: x.batched_s)  # each side's fastest repeat
+    s = min(runs, key=lambda x: x.sequential_s)
+    return RolloutBench(b.batched_tok_s, s.sequential_tok_s, b.batched_s, s.sequential_s, (b.tokens[0], s.tokens[1]),
+                        b.batched_profile, s.sequential_profile)

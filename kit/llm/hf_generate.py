@@ -151,8 +151,7 @@ class Sampler:
                 # a tie with the k-th score: transformers keeps every tied token, so do we
                 scores, index = scores.masked_fill(scores < kth, float("-inf")), None
             else:
-                values, index = values[:, : self.top_k], index[:, : self.top_k]
-                scores = values
+                scores, index = values[:, : self.top_k], index[:, : self.top_k]
         if self.top_p is not None:
             scores = self.top_p(None, scores)
         cdf = torch.softmax(scores, dim=-1).to(torch.float64).cumsum_(dim=-1)
