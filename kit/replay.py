@@ -19,15 +19,24 @@ def trajectory_from_actions(
     actions: list[ToolCall],
     final_text: Optional[str] = None,
     termination_reason: str = "agent_stop",
+    opening: Optional[str] = None,
+    closing: Optional[str] = None,
 ) -> Trajectory:
-    """Opening user turn, one message per call with its real result, an optional final text."""
+    """Opening user turn, one message per call with its real result, an optional final text and
+    an optional closing user turn. Without a message history the dialogue starts as a rollout does:
+    the agent's greeting, then the user's `opening` (default: a request with no facts in it)."""
+    from kit.rollout.prompts import FIRST_AGENT_MESSAGE  # kit.rollout imports this module
+
     env = domain.fork(task)
     history = []
     if task.initial_state is not None and task.initial_state.message_history:
         history = messages_from_tau2(task.initial_state.message_history)
     msgs: list[Message] = list(history)
     if not history:
-        msgs.append(Message(role="user", content="Hi, I need some help."))
+        msgs.append(Message(role="assistant", content=FIRST_AGENT_MESSAGE))
+        msgs.append(Message(role="user", content=opening or "Hi, I need some help."))
+    elif opening and history[-1].role != "user":
+        msgs.append(Message(role="user", content=opening))
     for i, call in enumerate(actions):
         call = call.model_copy(update={"id": call.id or f"call_{i}"})
         obs = env.execute(call.name, dict(call.arguments), call.requestor)
@@ -36,6 +45,8 @@ def trajectory_from_actions(
                             requestor=call.requestor, error=obs.error))
     if final_text is not None:
         msgs.append(Message(role="assistant", content=final_text))
+    if closing is not None:
+        msgs.append(Message(role="user", content=closing))
     return Trajectory(task_id=task.id, domain=domain.name, messages=msgs,
                       termination_reason=termination_reason, meta={"source": "replay"})
 
@@ -56,7 +67,12 @@ def gold_final_text(task) -> str:
 
 
 def gold_trajectory(domain: Domain, task) -> Trajectory:
-    """The task's gold actions, then a final message stating every fact to communicate."""
-    traj = trajectory_from_actions(domain, task, gold_actions(task), gold_final_text(task))
-    traj.meta["source"] = "gold"
+    """A grounded gold dialogue: the user states the request (kit/rollout/request.py), the agent runs
+    the gold actions, says what it did and every fact to communicate, and the user ends it."""
+    from kit.rollout.request import CLOSING, task_request
+
+    opening = task_request(domain, task).opening(seed="gold")
+    traj = trajectory_from_actions(domain, task, gold_actions(task), gold_final_text(task),
+                                   termination_reason="user_stop", opening=opening, closing=CLOSING)
+    traj.meta.update({"source": "gold", "stop_signal": "stop"})
     return traj

@@ -364,8 +364,15 @@ st.finish(outputs={"model": st.out_dir / "model", "metrics": metrics_file},
 EVALUATE = header("evaluate", "pass^k on τ²-bench", """
 `kit.eval.evaluate`: `trials` episodes per task of a τ² split (or a task file), each judged by the kit
 verifier (tau2's evaluation semantics; `cross_check` also asks tau2's own evaluator), pass^k as
-τ²-bench defines it, and the user simulator's deviation rate. Every number is recorded with the
-agent, the user simulator, the sampling and the tau2 version. A rerun resumes (trajectories.jsonl).
+τ²-bench defines it with a 95% bootstrap interval on pass^1 over tasks, the user simulator's deviation
+rate, how often its first message states the request (`request_stated`) and how often episodes end by a
+stop rather than a limit (`proper_end`). Every number is recorded with the agent, the user simulator, the
+sampling and the tau2 version. A rerun resumes (trajectories.jsonl).
+
+Leak check first (`kit.eval.leak`, before any model is loaded): the evaluation tasks' gold actions
+against what this run trained on (`training_data`; by default every synthesize / sft_user / sft_agent /
+grpo stage that ran before this one). An overlap fails the stage unless `allow_overlap` is set; the
+overlap is recorded in `eval.json` and shown in the report either way.
 
 Outputs: `eval.json`, `episodes.csv`, `trajectories.jsonl`.
 """) + [
@@ -379,13 +386,17 @@ st = begin("evaluate", globals())
 '''),
     code('''
 from kit.eval import EvalConfig, evaluate
+from kit.eval.leak import run_training_data
 
 agent_spec = model_spec(model or "embedded", backend)
 user_spec = model_spec(user_model or "embedded", backend)
+train_paths = training_data if training_data is not None else run_training_data(st.run_dir, before=st.key, arm=st.arm)
+print("leak check against:", *(train_paths or ["(no training data)"]), sep="\\n  ")
 cfg = EvalConfig(domain=domain, model=agent_spec, user_model=user_spec, split=split, tasks_file=tasks_file,
                  trials=trials, temperature=temperature, user_temperature=user_temperature, max_steps=max_steps,
                  max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size, limit=limit,
-                 cross_check=cross_check, out_dir=str(st.out_dir))
+                 cross_check=cross_check, training_data=train_paths, allow_overlap=allow_overlap,
+                 out_dir=str(st.out_dir))
 res = evaluate(cfg, progress=True)
 for w in res.meta.get("warnings") or []:
     st.warn(w)
@@ -394,10 +405,12 @@ print(res.summary_line())
     md("## pass^k"),
     code('''
 passk = pd.DataFrame([{"k": k, "pass^k": v} for k, v in res.passk.items()])
-st.log({f"eval/pass^{k}": v for k, v in res.passk.items()} | {"eval/user_deviation_rate": res.meta["user_deviation_rate"] or 0.0})
+st.log({f"eval/pass^{k}": v for k, v in res.passk.items()} | {"eval/user_deviation_rate": res.meta["user_deviation_rate"] or 0.0}
+       | {f"eval/{k}": res.meta[k] for k in ("request_stated_rate", "proper_end_rate") if res.meta.get(k) is not None})
 display(passk)
 pd.Series({k: res.meta.get(k) for k in ("domain", "tasks", "trials", "model", "user_model", "temperature",
-                                        "user_deviation_rate", "tau2_version", "tau2_agreement", "wall_s")})
+                                        "pass1_ci95", "user_deviation_rate", "request_stated_rate", "proper_end_rate",
+                                        "leak", "tau2_version", "tau2_agreement", "wall_s")})
 '''),
     code('''
 df = res.episodes
@@ -415,6 +428,8 @@ display(Image(filename=str(fig_pass1(rows, st.out_dir / "pass1.png"))))
 st.finish(outputs={"eval": st.out_dir / "eval.json", "episodes": st.out_dir / "episodes.csv"},
           summary={"label": label or st.key, "passk": {str(k): v for k, v in res.passk.items()},
                    "pass^1": res.passk.get(1), "ci95": [lo, hi], "user_deviation_rate": res.meta["user_deviation_rate"],
+                   "pass1_ci95": res.meta.get("pass1_ci95"), "request_stated_rate": res.meta.get("request_stated_rate"),
+                   "proper_end_rate": res.meta.get("proper_end_rate"), "leak": res.meta.get("leak"),
                    "model": agent_spec, "user_model": user_spec, "tasks": res.meta["tasks"], "trials": trials})
 '''),
 ]

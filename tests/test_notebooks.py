@@ -73,7 +73,7 @@ stages:
     params: {steps: 1, group_size: 2, tasks_per_step: 1, resample_budget: 0, micro_batch_size: 2, max_new_tokens: 8,
              max_episode_steps: 2, user_max_new_tokens: 8, filter_mode: "off"}
   - stage: evaluate
-    params: {trials: 1, limit: 2, max_steps: 2, max_new_tokens: 8, label: tiny}
+    params: {trials: 1, limit: 2, max_steps: 2, max_new_tokens: 8, label: tiny, allow_overlap: true}
   - stage: report
 """
 

@@ -52,9 +52,9 @@ from kit.rollout.loop import RolloutConfig, run_episodes
 ROUND_COLUMNS = [
     "round", "plans", "proposals", "built", "accepted", "acceptance_rate", "repaired",
     "reject_synthesis", "reject_gold_runs", "reject_changes_state", "reject_grounded_args", "reject_policy",
-    "reject_gold_reward", "reject_checker_strength", "reject_llm_judge",
+    "reject_gold_reward", "reject_checker_strength", "reject_llm_judge", "fidelity_templated",
     "episodes", "pass_rate", "failures_task", "failures_agent", "failures_user", "failures_undetermined",
-    "user_deviation_rate", "diversity", "sft_agent", "sft_user", "choice_fallbacks", "wall_s",
+    "user_deviation_rate", "diversity", "sft_agent", "sft_user", "sft_ungrounded", "choice_fallbacks", "wall_s",
 ]
 
 
@@ -152,9 +152,10 @@ class Engine:
             "generator": {
                 "synthesis": "model decisions among environment-offered options (constrained choice, "
                              "kit/engine/choice.py) and model-written prose; no template-generated tasks",
-                "repairs": "executable repairs are recorded per proposal (proposals.jsonl 'repairs')",
-                "gold_dialogues": ("sft_agent.jsonl includes gold-replay dialogues of accepted tasks "
-                                   "(meta.source = 'gold')") if self.cfg.gold_dialogues else None,
+                "repairs": "executable repairs and fidelity-gate templates are recorded per proposal "
+                           "(proposals.jsonl 'repairs', 'fidelity')",
+                "gold_dialogues": ("sft_agent.jsonl / sft_user.jsonl include the grounded gold dialogues of accepted "
+                                   "tasks (meta.source = 'gold')") if self.cfg.gold_dialogues else None,
             },
         }
         if extra:
@@ -236,11 +237,13 @@ class Engine:
         trajs, failures = [], []
         if accepted and self.cfg.group_size > 0:
             trajs, failures = self._rollouts(unit, r, accepted)
-        sft_agent, sft_user = self._sft(accepted, trajs)
+        sft_agent, sft_user, ungrounded = self._sft(accepted, trajs)
         with self._commit_lock:
-            return self._commit(unit, r, plan, t0, chooser, proposals, accepted, trajs, failures, sft_agent, sft_user)
+            return self._commit(unit, r, plan, t0, chooser, proposals, accepted, trajs, failures, sft_agent, sft_user,
+                                ungrounded)
 
-    def _commit(self, unit, r, plan, t0, chooser, proposals, accepted, trajs, failures, sft_agent, sft_user) -> dict:
+    def _commit(self, unit, r, plan, t0, chooser, proposals, accepted, trajs, failures, sft_agent, sft_user,
+                ungrounded) -> dict:
         self.store.append("tasks.jsonl", [rec.task.model_dump_json(exclude_none=True) for rec in accepted])
         self.store.append("rl_tasks.jsonl", accepted)
         self.store.append("trajectories.jsonl", trajs)
@@ -250,7 +253,7 @@ class Engine:
         self.store.append("proposals.jsonl", proposals)
         summary = {"round": r, "plan": plan.id, "proposals": len(proposals), "accepted": len(accepted),
                    "episodes": len(trajs), "sft_agent": len(sft_agent), "sft_user": len(sft_user),
-                   "choice_fallbacks": chooser.fallbacks,
+                   "sft_ungrounded": ungrounded, "choice_fallbacks": chooser.fallbacks,
                    "wall_s": round(time.perf_counter() - t0, 2)}
         self.store.commit(unit, summary)
         return summary
@@ -281,11 +284,15 @@ class Engine:
                                  "termination": traj.termination_reason})
         return trajs, failures
 
-    def _sft(self, accepted: list[CheckedTask], trajs: list) -> tuple[list, list]:
+    def _sft(self, accepted: list[CheckedTask], trajs: list) -> tuple[list, list, int]:
+        """Agent and user SFT samples of a unit: rolled-out dialogues that passed trajectory validation,
+        plus the gold dialogues of the accepted tasks (grounded: the user states the request first);
+        every sample passes the grounding check (kit/grounding.py) or is dropped and counted."""
+        from kit.grounding import grounded_only
         from kit.train.sft_data import build_sft_samples, gold_sft_samples
 
         if not accepted:
-            return [], []
+            return [], [], 0
         tasks = [rec.task for rec in accepted]
         if self.cfg.validation:  # trajectory validation: successful episodes, users who kept to the script
             agent_trajs = [t for t in trajs if t.meta.get("reward") == 1.0]
@@ -295,9 +302,12 @@ class Engine:
         agent, _ = build_sft_samples(agent_trajs, self.domain, self.tokenizer, tasks=tasks) if agent_trajs else ([], [])
         _, user = build_sft_samples(user_trajs, self.domain, self.tokenizer, tasks=tasks) if user_trajs else ([], [])
         if self.cfg.gold_dialogues:
-            gold_agent, _ = gold_sft_samples(self.domain, tasks, self.tokenizer)
+            gold_agent, gold_user = gold_sft_samples(self.domain, tasks, self.tokenizer)
             agent += gold_agent
-        return agent, user
+            user += gold_user
+        agent, dropped_a = grounded_only(agent)
+        user, dropped_u = grounded_only(user)
+        return agent, user, len(dropped_a) + len(dropped_u)
 
     # ----- rounds -----------------------------------------------------------------------------
 
@@ -322,6 +332,8 @@ class Engine:
                                     if trajs else None),
             "diversity": round(diversity(plans), 4),
             "sft_agent": sum(u["sft_agent"] for u in units), "sft_user": sum(u["sft_user"] for u in units),
+            "sft_ungrounded": sum(u.get("sft_ungrounded", 0) for u in units),
+            "fidelity_templated": sum(any(str(x).startswith("fidelity:") for x in p["repairs"]) for p in props),
             "choice_fallbacks": sum(u["choice_fallbacks"] for u in units),
             "wall_s": round(sum(u["wall_s"] for u in units), 1),
         }

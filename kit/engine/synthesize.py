@@ -4,6 +4,8 @@ the user's scenario, and package a tau2 `Task`.
 One proposal, step by step (every decision is the model's, among options the environment
 offers, see kit/engine/choice.py):
 
+  0. world     the domain's database plus a few sampled records (kit/envs/worlds.py), kept as
+               the task's initial_state, so tasks differ in ids, names and titles.
   1. explore   a few read calls in a forked environment; the model picks each call among
                the read tools and argument values seen so far (the pool starts from a sample
                of record keys, as a support agent starts from a customer's id). Every value in
@@ -18,11 +20,13 @@ offers, see kit/engine/choice.py):
   3. execute   the gold actions run in a fresh fork. A write that errors or changes nothing
                is *repaired*: its arguments are chosen again without the values that failed
                (at most `max_repairs` times); each repair is recorded.
-  4. scenario  the model writes why the customer calls and what the customer knows; a
-               known fact the prose dropped is appended verbatim (a recorded repair), so the
-               user simulator can state every value the agent needs. The task instructions
-               (what to ask for, the plan's dialogue edge, when to stop) are assembled from
-               the gold writes by code.
+  4. scenario  the model writes why the customer calls and what the customer knows; each field
+               passes the fidelity gate (kit/grounding.py: it carries the values the request
+               needs, has no meta-text or assistant-speak, invents no ids) or is replaced by the
+               grounded template of kit/rollout/request.py (a recorded repair, counted per round).
+               The task instructions (state the request first, end when it is done) are code.
+               The dialogue edge of the plan shapes the plan text only: every gold dialogue
+               states the whole request in its first user turn.
   5. package   a tau2 Task: user scenario (persona + structured instructions), gold actions
                (the reads whose results the writes used, then the writes), communicate_info
                for lookups, reward basis DB (+ COMMUNICATE). The ground-truth final state is
@@ -42,8 +46,13 @@ from kit.engine.plans import GENERIC_TOOLS, PlanPair
 from kit.engine.prompts import Prompts
 from kit.envs.domain import Domain
 
+from kit.envs.worlds import sample_world
+from kit.grounding import contains, norm, text_problems
+from kit.rollout.request import Request, Step, task_request
+
 from tau2.data_model.tasks import (  # noqa: E402  (kit.envs imported tau2 offline)
-    Action, Description, EvaluationCriteria, StructuredUserInstructions, Task, UserScenario,
+    Action, Description, EvaluationCriteria, InitialState, InitializationData, StructuredUserInstructions, Task,
+    UserScenario,
 )
 
 MAX_OPTIONS = 12
@@ -76,12 +85,14 @@ class Proposal:
     gold_state_hash: Optional[str] = None
     state_changed: Optional[bool] = None
     decisions: list[dict] = field(default_factory=list)
+    fidelity: dict[str, list[str]] = field(default_factory=dict)  # gate problems per model-written field
 
     def record(self) -> dict:
         return {"unit": self.unit, "attempt": self.attempt, "plan_id": self.plan_id,
                 "task_id": self.task.id if self.task else None, "explored": self.explored,
                 "repairs": self.repairs, "failure": self.failure, "gold_state_hash": self.gold_state_hash,
-                "state_changed": self.state_changed, "decisions": self.decisions}
+                "state_changed": self.state_changed, "decisions": self.decisions,
+                "fidelity": self.fidelity}
 
 
 # ----- model-written free-text values --------------------------------------------------------------
@@ -181,10 +192,10 @@ class Pool:
         return "; ".join(parts) or "nothing yet"
 
 
-def seed_pool(domain: Domain, rng: random.Random, per_table: int = 4) -> Pool:
-    """Record keys of every table (a sample), as ids a customer could give."""
+def seed_pool(domain: Domain, rng: random.Random, per_table: int = 4, start: Optional[Task] = None) -> Pool:
+    """Record keys of every table (a sample), as ids a customer could give (in the `start` world)."""
     pool = Pool()
-    env = domain.fork(None)
+    env = domain.fork(start)
     db = getattr(env.env.tools, "db", None)
     if db is None:
         return pool
@@ -238,6 +249,7 @@ class Synthesizer:
         self.repair_scenario = repair_scenario
         names = [n for n in domain.tool_names("assistant") if n not in GENERIC_TOOLS]
         self.reads = [n for n in names if domain.tool_kind(n) == "read"]
+        self.start: Optional[Task] = None  # the world of the current proposal (kit/envs/worlds.py)
 
     # 1. explore
     def _read_options(self, pool: Pool, done: set[str], rng: random.Random, only: Optional[str] = None) -> list[Call]:
@@ -264,7 +276,7 @@ class Synthesizer:
         return call
 
     def explore(self, plan: PlanPair, pool: Pool, rng: random.Random) -> list[Call]:
-        env = self.domain.fork(None)
+        env = self.domain.fork(self.start)
         calls: list[Call] = []
         done: set[str] = set()
         for step in range(self.explore_steps):
@@ -317,7 +329,8 @@ class Synthesizer:
                 problem = ""
                 for _ in range(FREE_VALUE_TRIES):  # a fresh sample each time (the chooser reseeds per call)
                     v = self.chooser.write(msgs, 16, what=f"{tool}.{p} text", one_line=True)
-                    problem = free_value_problem(v, persona, self.domain.name, tool)
+                    problem = free_value_problem(v, persona, self.domain.name, tool) or next(
+                        (p for p in text_problems(v) if p.startswith(("assistant-speak", "meta-text"))), "")
                     if not problem:
                         break
                     self.chooser.log.append({"what": f"{tool}.{p} text rejected", "text": problem})
@@ -343,7 +356,10 @@ class Synthesizer:
         return prop
 
     def _propose(self, plan: PlanPair, prop: Proposal, task_id: str, rng: random.Random) -> None:
-        pool = seed_pool(self.domain, rng)
+        world = sample_world(self.domain.name, rng)
+        initial = InitialState(initialization_data=InitializationData(agent_data=world)) if world else None
+        self.start = Task(id=task_id, user_scenario=UserScenario(instructions="(being written)"), initial_state=initial)
+        pool = seed_pool(self.domain, rng, start=self.start)
         explored = self.explore(plan, pool, rng)
         prop.explored = [{"call": c.render(), "error": c.error} for c in explored]
         sl = plan.slice
@@ -353,7 +369,7 @@ class Synthesizer:
         else:
             gold, facts = self._writes(plan, prop, pool, explored, rng)
             info = None
-        env = self.domain.fork(None)
+        env = self.domain.fork(self.start)
         before = env.state_hash()
         for c in gold:
             obs = env.execute(c.name, dict(c.arguments), "assistant")
@@ -370,6 +386,7 @@ class Synthesizer:
                 {"plan": plan.id, "slice": sl.describe(), "evaluation_plan": plan.evaluation,
                  "generator": "kit.engine.synthesize (model-chosen, constrained)"})),
             user_scenario=scenario,
+            initial_state=initial,
             evaluation_criteria=EvaluationCriteria(
                 actions=actions, communicate_info=[info] if info else None,
                 reward_basis=["DB", "COMMUNICATE"] if info else ["DB"]),
@@ -377,7 +394,7 @@ class Synthesizer:
 
     def _lookup(self, plan, pool, explored, rng) -> tuple[list[Call], str]:
         tool = plan.slice.tools[0]
-        env = self.domain.fork(None)
+        env = self.domain.fork(self.start)
         opts = self._read_options(pool, set(), rng, only=tool)
         if not opts:
             raise _NoTask(f"no_arguments: no values seen for the arguments of {tool}")
@@ -407,7 +424,7 @@ class Synthesizer:
             banned: dict[str, set] = {}
             for tries in range(self.max_repairs + 1):
                 args, src = self._choose_args(plan, tool, pool, rng, banned, plan.slice.persona)
-                env = self.domain.fork(None)  # replay the writes kept so far, then try this one
+                env = self.domain.fork(self.start)  # replay the writes kept so far, then try this one
                 for w in writes:
                     env.execute(w.name, dict(w.arguments), "assistant")
                 before = env.state_hash()
@@ -433,36 +450,46 @@ class Synthesizer:
         return [Call(c.name, dict(c.arguments)) for c in reads] + writes, facts
 
     def _scenario(self, plan: PlanPair, prop: Proposal, gold: list[Call], facts: dict) -> UserScenario:
+        """The model writes reason_for_call and known_info; each passes the fidelity gate
+        (kit/grounding.text_problems: carries the values the request needs, no meta-text or
+        assistant-speak, invents no ids) or is replaced by the grounded template of
+        kit/rollout/request.py (a recorded repair). Task instructions are code."""
         actions = "; ".join(c.render() for c in gold)
+        if plan.slice.intent == "lookup":
+            request = Request(task_id=prop.unit, steps=[Step(gold[-1].name, dict(gold[-1].arguments))])
+        else:
+            request = task_request(self.domain, self.start, actions=gold)
+        needed = request.values()
+        env = self.domain.fork(self.start)
+        known_text = json.dumps(env.env.tools.db.model_dump(mode="json"), default=str) + " " + request.text()
         reason = self.chooser.write(self.prompts.render(
             "synth_reason", persona=plan.slice.persona, synthesis=plan.synthesis, hints=plan.hints,
             actions=actions), 64, what="reason_for_call")
         fact_line = ", ".join(f"{k} = {option_text(v)}" for k, v in facts.items()) or "none"
         known = self.chooser.write(self.prompts.render(
             "synth_known_info", actions=actions, facts=fact_line, hints=plan.hints), 64, what="known_info")
-        missing = [(k, v) for k, v in facts.items() if str(v).lower() not in (reason + " " + known).lower()]
-        if missing and self.repair_scenario:
-            prop.repairs.append("known_info: appended " + ", ".join(k for k, _ in missing))
-            known = (known + " " if known else "") + " ".join(f"Your {k.replace('_', ' ')} is {option_text(v)}."
-                                                              for k, v in missing)
-        edge = plan.slice.edge.split(":", 1)[-1].strip()
-        what = "; then ".join(_plain(c) for c in gold if self.domain.tool_kind(c.name) == "write") or \
-            "tell you the information you ask about"
-        instructions = (f"Ask the agent to {what}. "
-                        f"Behave like this: {edge}. When the agent has done it, end the conversation.")
+        if self.repair_scenario:
+            problems = text_problems(reason, (), known_text)
+            prop.fidelity["reason_for_call"] = problems
+            if problems:
+                reason = request.reason_for_call()
+                prop.repairs.append(f"fidelity: reason_for_call ({problems[0]}) -> template")
+            low = norm(reason)
+            problems = text_problems(known, [v for v in needed if not contains(low, v)], known_text)
+            prop.fidelity["known_info"] = problems
+            if problems:
+                known = request.known_info()
+                prop.repairs.append(f"fidelity: known_info ({problems[0]}) -> template")
+        instructions = ("In your first message, say what you want and give the values you know. "
+                        "When the agent has done it, thank the agent and end the conversation.")
         return UserScenario(persona=plan.slice.persona, instructions=StructuredUserInstructions(
-            domain=self.domain.name, reason_for_call=reason or plan.synthesis, known_info=known or None,
+            domain=self.domain.name, reason_for_call=reason or request.reason_for_call(), known_info=known or None,
             unknown_info=None, task_instructions=instructions))
 
 
 def _unbanned(options: list, banned: set) -> list:
     kept = [(v, src) for v, src in options if json.dumps(v) not in banned]
     return kept or list(options)
-
-
-def _plain(c: Call) -> str:
-    args = ", ".join(f"{k.replace('_', ' ')} {option_text(v)}" for k, v in c.arguments.items())
-    return f"{c.name.replace('_', ' ')} ({args})"
 
 
 class _NoTask(Exception):

@@ -40,7 +40,7 @@ def _no_transfer(domain: Domain, task) -> Optional[str]:
 
 def _airline_cancel_rules(domain: Domain, task) -> Optional[str]:
     """Airline policy: a reservation with a flown segment cannot be cancelled by the agent."""
-    env = domain.fork(None)
+    env = domain.fork(task)
     for a in task.evaluation_criteria.actions or []:
         if a.name == "cancel_reservation":
             res = env.env.tools.db.reservations.get(a.arguments.get("reservation_id"))

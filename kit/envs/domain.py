@@ -20,6 +20,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Optional
 
 from kit import _tau2  # noqa: F401  (sets the offline environment before tau2 loads)
+from kit.data import HELDOUT_FILES, HELDOUT_SPLIT, heldout_tasks
 from kit.envs.cow import WriteGuard, fork_db, table_fields
 from kit.envs.episode import EpisodeEnv
 
@@ -102,16 +103,21 @@ class Domain:
 
     # -- tasks --------------------------------------------------------------------------
     def tasks(self, split: Optional[str] = "default") -> list[Task]:
-        """Tasks of a split ('default' = tau2's default task set; None = every task)."""
+        """Tasks of a split ('default' = tau2's default task set; None = every task;
+        'heldout' = the kit's held-out set, kit/data/, where it ships one for this domain)."""
         if split == "default":
             split = self.default_split
         if split not in self._task_cache:  # tau2 re-reads (telecom: 14 MB) per call
-            self._task_cache[split] = self._get_tasks(split)
+            if split == HELDOUT_SPLIT and self.name in HELDOUT_FILES:
+                self._task_cache[split] = heldout_tasks(self.name)
+            else:
+                self._task_cache[split] = self._get_tasks(split)
         return list(self._task_cache[split])
 
     def task(self, task_id: str) -> Task:
         if self._task_index is None:
-            self._task_index = {t.id: t for t in self.tasks(None)}
+            held = self.tasks(HELDOUT_SPLIT) if self.name in HELDOUT_FILES else []
+            self._task_index = {t.id: t for t in self.tasks(None) + held}
         if task_id not in self._task_index:
             raise KeyError(f"task '{task_id}' not found in domain '{self.name}'")
         return self._task_index[task_id]

@@ -27,3 +27,27 @@ def pass_k_table(results: dict[str, list[float]], max_k: int = 4) -> dict[int, f
         vals = [pass_hat_k(sum(1 for x in r if x == 1.0), len(r), k) for r in results.values()]
         out[k] = sum(vals) / len(vals)
     return out
+
+
+def pass1_ci(results: dict[str, list[float]], ci: float = 0.95, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval for pass^1, resampling tasks (with replacement).
+
+    pass^1 = mean over tasks of the task's success rate (success = reward 1). Fixed seed: the
+    same results always give the same interval. One task or every task alike gives a point."""
+    import random
+
+    rates = [sum(1 for x in r if x == 1.0) / len(r) for r in results.values() if r]
+    if not rates:
+        raise ValueError("no results to score")
+    rng = random.Random(seed)
+    n = len(rates)
+    stats = sorted(sum(rates[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    a = (1 - ci) / 2
+
+    def q(p: float) -> float:  # linear interpolation, as numpy.quantile's default
+        pos = p * (len(stats) - 1)
+        i = int(pos)
+        j = min(i + 1, len(stats) - 1)
+        return stats[i] + (stats[j] - stats[i]) * (pos - i)
+
+    return (q(a), q(1 - a))

@@ -24,9 +24,10 @@ import pandas as pd
 
 from kit._tau2 import TAU2_VERSION
 from kit.envs import load_domain
-from kit.eval.passk import pass_k_table
+from kit.eval.leak import gold_action_keys, leak_report, training_action_keys, training_files
+from kit.eval.passk import pass1_ci, pass_k_table
 from kit.llm.types import SamplingParams
-from kit.rollout.fidelity import user_deviations
+from kit.rollout.fidelity import proper_end, request_stated, user_deviations
 from kit.rollout.loop import RolloutConfig, run_episodes, step_budget_warning
 from kit.trajectory import Trajectory
 from kit.verify import same_verdict, tau2_verdict, verify
@@ -61,7 +62,15 @@ class EvalConfig:
     """First N tasks only."""
     cross_check: bool = False
     """Also judge every episode with tau2's evaluator and report agreement."""
+    training_data: Optional[list[str]] = None
+    """What the agent trained on (kit.eval.leak): task / rl_tasks / SFT sample files, folders holding
+    them, or 'split:<name>' of this domain. Checked against the evaluation tasks' gold actions."""
+    allow_overlap: bool = False
+    """Evaluate even when some evaluation tasks' gold actions are all in the training data."""
     out_dir: Optional[str] = None
+    protocol: str = "kit"
+    """'kit' (kit loop + kit verifier) or 'tau2' (tau2's own orchestrator, agent, user simulator and
+    evaluator through litellm; needs openai: specs, see kit.eval.tau2_native)."""
 
 
 @dataclass
@@ -121,9 +130,48 @@ def _done_pairs(path: Path) -> dict[tuple[str, int], Trajectory]:
     return done
 
 
+def _rate(col: pd.Series) -> Optional[float]:
+    """Share of True among the rows that are not None (None: no row has a value)."""
+    vals = [bool(x) for x in col if x is not None and not (isinstance(x, float) and x != x)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _check_leak(cfg: EvalConfig, dom, tasks) -> tuple[dict, Optional[str]]:
+    """meta["leak"] and a warning; raises ValueError when the tasks overlap the training data and
+    `allow_overlap` is off."""
+    paths = [p for p in (cfg.training_data or []) if not str(p).startswith("split:")]
+    splits = [str(p)[len("split:"):] for p in (cfg.training_data or []) if str(p).startswith("split:")]
+    files = training_files(paths)
+    keys = training_action_keys(files)
+    for name in splits:
+        for t in dom.tasks(None if name in ("all", "None") else name):
+            keys |= gold_action_keys(t)
+    rep = leak_report(tasks, keys)
+    leak = {"n_overlap": rep["n_overlap"], "n_tasks": rep["n_tasks"],
+            "checked_files": [str(f) for f in files] + [f"split:{n}" for n in splits],
+            "overlapping_task_ids": rep["overlapping_task_ids"]}
+    if not rep["n_overlap"]:
+        return leak, None
+    ids = rep["overlapping_task_ids"]
+    msg = (f"evaluation tasks overlap the training data: {rep['n_overlap']} of {rep['n_tasks']} tasks have every "
+           f"gold action in it (e.g. {', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}); training files: "
+           f"{', '.join(leak['checked_files'][:6])}{', ...' if len(leak['checked_files']) > 6 else ''}")
+    if not cfg.allow_overlap:
+        raise ValueError(msg + " (set allow_overlap to evaluate anyway)")
+    log.warning(msg)
+    return leak, msg + " (allowed: allow_overlap)"
+
+
 def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> EvalResult:
     """Run cfg.trials episodes per task and score them. Backends may be passed in directly."""
     from kit.llm import make_backend
+
+    if cfg.protocol == "tau2":
+        from kit.eval.tau2_native import evaluate_config
+
+        return evaluate_config(cfg, agent, user)
+    if cfg.protocol != "kit":
+        raise ValueError(f"unknown protocol {cfg.protocol!r}: use 'kit' or 'tau2'")
 
     dom = load_domain(cfg.domain)
     tasks = load_tasks_file(cfg.tasks_file) if cfg.tasks_file else dom.tasks(cfg.split)
@@ -134,6 +182,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     budget_warning = step_budget_warning(tasks, cfg.max_steps)
     if budget_warning:
         log.warning(budget_warning)
+    leak, leak_warning = _check_leak(cfg, dom, tasks)  # before any backend: a leaking run loads no model
     agent = agent or make_backend(cfg.model)
     user = user or (agent if cfg.user_model == cfg.model else make_backend(cfg.user_model))
     rcfg = RolloutConfig(
@@ -168,11 +217,12 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
             continue
         v = verify(dom, task, traj)
         devs = user_deviations(task, traj, goal_reached=(v.reward == 1.0))
+        stated = request_stated(task, traj, domain=dom)
         row = {"task_id": task_id, "trial": k, "reward": v.reward, "termination": traj.termination_reason,
                "steps": traj.meta.get("steps"), "tool_errors": traj.meta.get("errors"),
                "agent_tokens": traj.meta.get("agent_tokens"), "duration_s": traj.duration,
                "user_deviations": len(devs), "deviation_kinds": ",".join(sorted({d.kind for d in devs})),
-               "verify_error": v.error}
+               "request_stated": stated, "proper_end": proper_end(traj), "verify_error": v.error}
         if cfg.cross_check:
             ref = tau2_verdict(dom.name, task, traj)
             row["tau2_reward"] = ref["reward"]
@@ -182,12 +232,16 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     df = pd.DataFrame(rows)
     passk = pass_k_table({k: v for k, v in by_task.items() if v}, max_k=min(4, cfg.trials))
     meta = {
-        "model": cfg.model, "user_model": cfg.user_model, "temperature": cfg.temperature,
+        "protocol": "kit", "model": cfg.model, "user_model": cfg.user_model, "temperature": cfg.temperature,
         "user_temperature": cfg.user_temperature, "trials": cfg.trials, "tasks": len(tasks),
         "tau2_version": TAU2_VERSION, "domain": cfg.domain, "split": cfg.split, "tasks_file": cfg.tasks_file,
         "wall_s": round(time.perf_counter() - t0, 1),
         "user_deviation_rate": float((df["user_deviations"] > 0).mean()) if len(df) else None,
-        "warnings": [budget_warning] if budget_warning else [],
+        "request_stated_rate": _rate(df["request_stated"]) if len(df) else None,
+        "proper_end_rate": _rate(df["proper_end"]) if len(df) else None,
+        "pass1_ci95": list(pass1_ci({k: v for k, v in by_task.items() if v})) if len(df) else None,
+        "leak": leak,
+        "warnings": [w for w in (budget_warning, leak_warning) if w],
     }
     if cfg.cross_check and len(df):
         meta["tau2_agreement"] = float(df["agree"].mean())

@@ -10,6 +10,12 @@ Per episode, each user turn is checked by code (no LLM):
   role_flip          the user talks like the agent ("how can I help you", "as an AI")
 The deviation rate (episodes with at least one flag) is what the paper's "fine-tune the
 user model first" argument is about: a deviating user zeroes rewards the agent earned.
+
+Two more per-episode measures (kit.eval reports their rates):
+  request_stated     the first user message with text names every value the gold write actions
+                     need that the user's scenario gives it (None: no such value)
+  proper_end         the episode ended by the user's or the agent's stop, not by a step or
+                     error limit
 """
 
 from __future__ import annotations
@@ -68,3 +74,69 @@ def user_deviations(task, traj: Trajectory, goal_reached: bool | None = None) ->
         last_user = max((i for i, m in enumerate(traj.messages) if m.role == "user"), default=0)
         out.append(Deviation(last_user, "premature_stop", "user ended the dialogue before the goal state"))
     return out
+
+
+# ----- per-episode protocol measures (pure functions; kit.eval.runner adds them as columns) -------
+
+_STOP_TERMINATIONS = ("user_stop", "agent_stop")
+
+
+def _norm_value(s: str) -> str:
+    """Lower case, quotes and commas dropped, whitespace collapsed (how a value is matched in text)."""
+    s = str(s).lower()
+    for ch in "\"'`‘’“”,":
+        s = s.replace(ch, "")
+    return " ".join(s.split())
+
+
+def _leaf_values(value) -> list:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaf_values(v)]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaf_values(v)]
+    return [value]
+
+
+def required_user_values(task, domain=None, is_write=None) -> list[str]:
+    """The argument values of the task's gold write actions that its user scenario states.
+
+    Write tools: `is_write(name, requestor)` if given, else `domain.is_write_tool`, else every
+    gold action. Booleans and values shorter than 2 characters are skipped; a value the user
+    cannot know (not in str(task.user_scenario), e.g. an id the agent's own call returns) is
+    not required. Values are normalized (`_norm_value`), deduplicated, in gold order."""
+    if is_write is None and domain is not None:
+        is_write = domain.is_write_tool
+    crit = task.evaluation_criteria
+    scenario = _norm_value(str(task.user_scenario) if task.user_scenario is not None else "")
+    out: list[str] = []
+    for a in ((crit.actions if crit else None) or []):
+        if is_write is not None and not is_write(a.name, a.requestor or "assistant"):
+            continue
+        for v in _leaf_values(a.arguments or {}):
+            if isinstance(v, bool) or v is None or not isinstance(v, (str, int, float)):
+                continue
+            nv = _norm_value(v)
+            if len(nv) < 2 or nv not in scenario or nv in out:
+                continue
+            out.append(nv)
+    return out
+
+
+def request_stated(task, traj: Trajectory, domain=None, is_write=None) -> bool | None:
+    """Did the first user message with text name every value the gold write actions need that
+    the user is supposed to know (`required_user_values`)? None when there is no such value
+    (e.g. a task whose gold is a transfer, or whose gold actions are all reads)."""
+    needed = required_user_values(task, domain=domain, is_write=is_write)
+    if not needed:
+        return None
+    first = next((m for m in traj.messages if m.role == "user" and m.has_text()), None)
+    if first is None:
+        return False
+    text = _norm_value(first.content)
+    return all(v in text for v in needed)
+
+
+def proper_end(traj: Trajectory) -> bool:
+    """The episode ended by the user's or the agent's stop, not by max_steps, too many errors
+    or an error."""
+    return traj.termination_reason in _STOP_TERMINATIONS

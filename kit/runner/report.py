@@ -8,8 +8,11 @@ Read from the files the stages wrote (manifest.json, each stage's stage.json and
   - engine yield per round with rejection reasons and failure categories (synthesize/rounds.csv)
   - SFT loss curves (<sft stage>/model/loss_curve.json), and where the SFT data came from
   - GRPO reward and filtered-fraction curves (<grpo stage>/metrics.jsonl)
-  - pass^k per evaluation, a bootstrap 95% interval on pass^1 over tasks and trials, the user
-    deviation rate, and the paper's numbers for the same domain beside ours (kit/runner/paper.py)
+  - pass^k per evaluation, a bootstrap 95% interval on pass^1 over tasks and trials (and the
+    evaluation's own interval over tasks, `pass1_ci95`), the user deviation rate, how often the
+    user's first message stated the request and how often episodes ended by a stop
+    (`request_stated_rate`, `proper_end_rate`), the train/test overlap (kit/eval/leak.py), and the
+    paper's numbers for the same domain beside ours (kit/runner/paper.py)
   - for an ablation: pass^1 per arm with its interval, next to the paper's ablation numbers
   - every warning a stage raised (e.g. a fallback to gold SFT data), the stages, the manifest.
 Figures are matplotlib PNGs (no W&B needed to read the report).
@@ -272,6 +275,23 @@ def fig_ablation(rows: pd.DataFrame, path: Path, paper_metric: str) -> Path:
 # ----- tables ------------------------------------------------------------------------------------
 
 
+def _ci_text(ci95: Any) -> Optional[str]:
+    try:
+        lo, hi = (float(x) for x in ci95)
+    except (TypeError, ValueError):
+        return None
+    return f"[{lo:.3f}, {hi:.3f}]"
+
+
+def protocol_columns(meta: dict) -> dict:
+    """An evaluation's protocol measures (kit.eval.runner meta): pass^1 interval over tasks, how often the
+    user's first message stated the request, how often episodes ended by a stop, train/test overlap."""
+    leak = meta.get("leak") or {}
+    return {"pass^1 95% CI": _ci_text(meta.get("pass1_ci95")), "request stated": meta.get("request_stated_rate"),
+            "proper end": meta.get("proper_end_rate"),
+            "train/test overlap": (f"{leak.get('n_overlap')}/{leak.get('n_tasks')}" if leak else None)}
+
+
 def eval_table(evals: list[dict], n_boot: int, ci: float) -> pd.DataFrame:
     rows = []
     for ev in evals:
@@ -283,6 +303,7 @@ def eval_table(evals: list[dict], n_boot: int, ci: float) -> pd.DataFrame:
         for k in sorted(pk):
             if k > 1:
                 row[f"pass^{k}"] = pk[k]
+        row.update(protocol_columns(meta))
         row.update({"user deviation rate": meta.get("user_deviation_rate"), "agent": meta.get("model"),
                     "user simulator": meta.get("user_model"), "T": meta.get("temperature"),
                     "tau2": meta.get("tau2_version")})
@@ -408,7 +429,7 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
             p1, lo, hi = bootstrap_pass1(ev["episodes"], bootstrap, ci)
             rows.append({"arm": arm.get("label") or arm["name"], "ours pass^1 (%)": 100 * p1, "ci low (%)": 100 * lo,
                          "ci high (%)": 100 * hi, "tasks": ev["meta"].get("tasks"), "trials": ev["meta"].get("trials"),
-                         "user deviation rate": ev["meta"].get("user_deviation_rate"),
+                         "user deviation rate": ev["meta"].get("user_deviation_rate"), **protocol_columns(ev["meta"]),
                          "paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper")})
         df = pd.DataFrame(rows)
         ab.text(f"Ours: pass^1 of each arm's last evaluation, with a {int(ci * 100)}% percentile bootstrap interval "
@@ -436,8 +457,12 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
             shown = shown.drop(columns=["arm"])
         ev.text(f"pass^k as τ²-bench defines it (mean over tasks of C(c,k)/C(n,k)); {int(ci * 100)}% bootstrap "
                 "interval on pass^1 over tasks and trials. User deviation rate: share of episodes in which the "
-                "user simulator broke its instructions (kit/rollout/fidelity.py). The user simulator is recorded "
-                "with every number (the paper does not publish its own).")
+                "user simulator broke its instructions (kit/rollout/fidelity.py); request stated: share of "
+                "episodes whose first user message names every value the gold write actions need that the user "
+                "knows; proper end: share ended by the user's or the agent's stop (not a step or error limit); "
+                "pass^1 95% CI: percentile bootstrap over tasks (kit/eval/passk.py); train/test overlap: "
+                "evaluation tasks whose gold actions all appear in the run's training data (kit/eval/leak.py). "
+                "The user simulator is recorded with every number (the paper does not publish its own).")
         ev.table(shown)
         figures.append(fig_pass1(table, out / "pass1.png"))
         ev.figure(figures[-1])

@@ -139,6 +139,12 @@ class EvaluateParams(ModelStage):
     batch_size: int = Field(default=16, ge=1)
     limit: Optional[int] = Field(default=None, ge=1)
     cross_check: bool = False
+    training_data: Optional[list[str]] = Field(default=None, description="What the agent trained on, checked "
+                                               "against the evaluation tasks' gold actions (kit.eval.leak): files, "
+                                               "folders or 'split:<name>'. None: every synthesize / sft_user / "
+                                               "sft_agent / grpo stage of this run that ran before this one.")
+    allow_overlap: bool = Field(default=False, description="Evaluate even when evaluation tasks overlap the "
+                                "training data (the report still shows the overlap); off: the stage fails.")
 
 
 class ReportParams(StageParams):

@@ -1,0 +1,55 @@
+"""Starting states for synthesis: a domain's database plus a few sampled records.
+
+    data = sample_world("mock", random.Random(0))   # dict for Task.initial_state.initialization_data.agent_data
+
+Why: tau2's mock database holds one user and one task, so every task the engine could make
+there would use `user_1` and `task_1` (and 'mark task_1 completed' is one of the nine tasks
+evaluation scores). Tasks made in varied worlds differ in ids, names and titles, and an agent
+trained on them must read those values from the dialogue instead of memorising constants.
+
+A world is a domain rule, so it lives here with the domains; a domain without a sampler is
+used as it is (None). The engine records the world in each task's `initial_state`, where tau2
+and the kit apply it the same way (`Domain.fork`). The names below are the engine's own; the
+held-out evaluation set (kit/data) is made by another script with other lists.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable, Optional
+
+_FIRST = ["Maya", "Tomas", "Ines", "Kofi", "Lena", "Ravi", "Sofia", "Jonas", "Amara", "Pavel", "Noor", "Elif",
+          "Diego", "Hana", "Oskar", "Zara", "Felix", "Mina", "Arjun", "Clara"]
+_LAST = ["Okafor", "Lindqvist", "Moreau", "Tanaka", "Silva", "Novak", "Haddad", "Kowalski", "Reyes", "Brandt"]
+_TITLES = ["Pay electricity bill", "Book dentist appointment", "Prepare slides", "Water the plants",
+           "Send invoice", "Call the bank", "Update resume", "Order printer ink", "Plan team lunch",
+           "Review contract", "Fix bike brakes", "Renew gym membership", "Clean the garage", "Write blog post",
+           "Buy birthday gift", "Submit expense report", "Back up laptop", "Schedule car service"]
+
+
+def _mock_world(rng: random.Random) -> dict:
+    users, tasks = {}, {}
+    next_task = 2  # tau2 mock: task_1 exists; create_task numbers tasks by count, so ids stay consecutive
+    for _ in range(rng.randint(1, 3)):
+        first, last = rng.choice(_FIRST), rng.choice(_LAST)
+        uid = rng.choice([f"user_{rng.randint(2, 99)}", f"{first.lower()}_{rng.randint(10, 99)}"])
+        if uid in users:
+            continue
+        owned = []
+        for _ in range(rng.randint(0, 2)):
+            tid = f"task_{next_task}"
+            next_task += 1
+            tasks[tid] = {"task_id": tid, "title": rng.choice(_TITLES), "description": None,
+                          "status": rng.choice(["pending", "pending", "completed"])}
+            owned.append(tid)
+        users[uid] = {"user_id": uid, "name": f"{first} {last}", "tasks": owned}
+    return {"users": users, "tasks": tasks}
+
+
+WORLDS: dict[str, Callable[[random.Random], dict]] = {"mock": _mock_world}
+
+
+def sample_world(domain: str, rng: random.Random) -> Optional[dict]:
+    """Database additions for one synthesized task, or None (the domain's base state)."""
+    fn = WORLDS.get(domain)
+    return fn(rng) if fn else None

@@ -1,0 +1,168 @@
+"""Train/test leak check: did a run train on the very actions its evaluation tasks score?
+
+    keys = training_action_keys(["runs/x/synthesize", "runs/x/sft_agent"])
+    rep = leak_report(eval_tasks, keys)       # {"overlapping_task_ids", "n_overlap", "n_tasks", ...}
+
+An action is keyed canonically as (tool name, its arguments as sorted compact JSON). Sources:
+  - tau2 Task files (tasks.jsonl, a JSON list, or rl_tasks.jsonl whose lines are
+    {"task": {...}, "checker": {...}}, kit.checkers.checker.CheckedTask): their gold actions;
+  - SFT sample files (sft_agent.jsonl, and what an SFT stage trained on, sft_agent.train.jsonl):
+    each line's `messages` (OpenAI chat list), every assistant `tool_calls` function + arguments;
+  - a folder: every such file in it (tasks.jsonl, rl_tasks.jsonl, sft_agent.jsonl,
+    sft_agent.train.jsonl);
+  - "split:<name>" (resolved by kit.eval.runner against its domain): the gold actions of a
+    split's tasks, e.g. what a GRPO stage trained on when it fell back to a split.
+
+An evaluation task overlaps when it has gold actions and every one of them is among the
+training keys (the whole solution was seen); `partial_task_ids` lists tasks sharing only some
+(a common lookup such as a user's details is not, alone, a leak).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterable, Optional
+
+TRAINING_FILES = ("tasks.jsonl", "rl_tasks.jsonl", "sft_agent.jsonl", "sft_agent.train.jsonl")
+TRAINING_STAGES = ("synthesize", "sft_user", "sft_agent", "grpo")
+
+
+def action_key(name: str, arguments) -> tuple[str, str]:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except json.JSONDecodeError:
+            pass  # keep the raw string: it still keys the call
+    return (str(name), json.dumps(arguments if arguments is not None else {}, sort_keys=True,
+                                  separators=(",", ":"), default=str))
+
+
+def _actions_of_task_dict(task: dict) -> list[tuple[str, str]]:
+    crit = task.get("evaluation_criteria") or {}
+    return [action_key(a.get("name"), a.get("arguments")) for a in (crit.get("actions") or []) if a.get("name")]
+
+
+def gold_action_keys(task) -> set[tuple[str, str]]:
+    """(tool name, sorted-JSON arguments) of a task's gold actions (a tau2 Task or its dict)."""
+    if isinstance(task, dict):
+        return set(_actions_of_task_dict(task))
+    crit = task.evaluation_criteria
+    return {action_key(a.name, dict(a.arguments or {})) for a in ((crit.actions if crit else None) or [])}
+
+
+def _keys_of_record(rec) -> set[tuple[str, str]]:
+    if not isinstance(rec, dict):
+        return set()
+    if isinstance(rec.get("task"), dict):  # rl_tasks.jsonl: CheckedTask
+        return set(_actions_of_task_dict(rec["task"]))
+    if isinstance(rec.get("messages"), list):  # an SFT sample
+        out = set()
+        for m in rec["messages"]:
+            if not isinstance(m, dict) or m.get("role") != "assistant":
+                continue
+            for tc in m.get("tool_calls") or []:
+                fn = tc.get("function") if isinstance(tc.get("function"), dict) else tc
+                if fn.get("name"):
+                    out.add(action_key(fn["name"], fn.get("arguments")))
+        return out
+    if "evaluation_criteria" in rec:  # a tau2 Task
+        return set(_actions_of_task_dict(rec))
+    return set()
+
+
+def _records(path: Path) -> Iterable:
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+        yield from (data if isinstance(data, list) else [data])
+        return
+    except json.JSONDecodeError:
+        pass
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line of a killed run
+
+
+def training_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The files a list of files / folders stands for (folders: TRAINING_FILES in them)."""
+    out: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            out += [p / n for n in TRAINING_FILES if (p / n).is_file()]
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"training data not found: {p}")
+    return out
+
+
+def training_action_keys(paths: Iterable[str | Path]) -> set[tuple[str, str]]:
+    """Every action key in what a run trained on (task files, rl_tasks, SFT samples; folders)."""
+    keys: set[tuple[str, str]] = set()
+    for f in training_files(paths):
+        for rec in _records(f):
+            keys |= _keys_of_record(rec)
+    return keys
+
+
+def leak_report(eval_tasks, training_keys: set) -> dict:
+    """{overlapping_task_ids, n_overlap, n_tasks, partial_task_ids}: see the module docstring."""
+    eval_tasks = list(eval_tasks)
+    overlap, partial = [], []
+    for t in eval_tasks:
+        gold = gold_action_keys(t)
+        tid = t["id"] if isinstance(t, dict) else t.id
+        if gold and gold <= training_keys:
+            overlap.append(tid)
+        elif gold & training_keys:
+            partial.append(tid)
+    return {"overlapping_task_ids": overlap, "n_overlap": len(overlap), "n_tasks": len(eval_tasks),
+            "partial_task_ids": partial}
+
+
+def run_training_data(run_dir: str | Path, before: Optional[str] = None, arm: Optional[str] = None) -> list[str]:
+    """What the training stages of a `kit run` wrote, from its manifest: the folder of every
+    synthesize / sft_user / sft_agent / grpo stage that completed (or was shared) before the
+    stage keyed `before` (default: all of them), plus "split:<name>" for a GRPO stage that fell
+    back to (or was given) a split of the domain. In an ablation (`arm` given), only that arm's
+    stages (a stage shared from another arm is listed under this arm too) and those outside any
+    arm. Without a manifest: every such stage folder found under run_dir (stage.json naming a
+    training stage)."""
+    run_dir = Path(run_dir)
+    out: list[str] = []
+    mpath = run_dir / "manifest.json"
+    entries = []
+    if mpath.exists():
+        m = json.loads(mpath.read_text(encoding="utf-8"))
+        for e in m.get("stages") or []:
+            if before is not None and e.get("key") == before:
+                break
+            if arm is not None and e.get("arm") not in (None, arm):
+                continue
+            if e.get("stage") in TRAINING_STAGES and e.get("status") in ("complete", "shared"):
+                d = e.get("shared_with") or (str(Path(e["executed_notebook"]).parent) if e.get("executed_notebook")
+                                             else str(run_dir / e["key"]))
+                entries.append((Path(d), e.get("summary") or {}, e.get("stage")))
+    else:
+        for sj in sorted(run_dir.glob("*/stage.json")) + sorted(run_dir.glob("*/*/stage.json")):
+            info = json.loads(sj.read_text(encoding="utf-8"))
+            if info.get("stage") in TRAINING_STAGES and info.get("status") == "complete":
+                entries.append((sj.parent, info.get("summary") or {}, info.get("stage")))
+    for d, summary, stage in entries:
+        if d.is_dir() and str(d) not in out:
+            out.append(str(d))
+        src = str(summary.get("task_source") or "") if stage == "grpo" else ""
+        if src.startswith(("fallback:", "split:")):  # e.g. "fallback:split 'train'", "fallback:default set, ..."
+            used = src.split(":", 1)[1]
+            quoted = re.search(r"'([^']*)'", used)
+            name = "default" if "default set" in used or not quoted else quoted.group(1)
+            spec = f"split:{name}"
+            if spec not in out:
+                out.append(spec)
+    return out

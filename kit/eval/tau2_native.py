@@ -1,0 +1,182 @@
+"""τ²-native evaluation: episodes run by tau2's own code, so numbers compare with τ²-bench.
+
+    res = evaluate_tau2_native("mock", tasks, "openai:http://127.0.0.1:8000/v1#agent-model",
+                               "openai:http://127.0.0.1:8001/v1#user-model", trials=4, out_dir="runs/t2")
+    res["passk"], res["episodes"]          # rows: task_id, trial, reward, termination_reason, ...
+    evaluate(EvalConfig(..., protocol="tau2"))   # the same through kit.eval.runner -> EvalResult
+
+What it does: for every (task, trial) it calls `tau2.run.run_task` with tau2's `llm_agent`
+(LLMAgent, tau2's system prompt and policy) and `user_simulator` (UserSimulator, tau2's user
+guidelines); tau2's Orchestrator runs the episode and tau2's `evaluate_simulation`
+(EvaluationType.ALL, as `tau2 run` uses) scores it. Models are reached through litellm as
+`openai/<model>` with `api_base` = the spec's URL (an OpenAI-compatible server: vLLM, SGLang,
+`transformers serve`). Trial seeds are drawn exactly as tau2's `run_tasks` draws them
+(`random.seed(seed)`, one `randint(0, 10**6)` per trial). Each finished SimulationRun (with its
+reward_info) is appended as one JSON line to `<out_dir>/tau2_simulations.jsonl`; a rerun skips the
+(task_id, trial) pairs already there (keyed like the kit runner, not by seed: change the seed, change
+out_dir) and needs no server when nothing is left. Episodes run concurrently in a thread pool.
+
+Simplifications vs `tau2 run`: no LLM repetition judge, no console display, a JSONL file instead
+of tau2's single Results JSON, and an episode that raises stops the evaluation (tau2's default;
+its `skip_failed_samples` is not offered) -- except an unreachable endpoint, which is checked up
+front and reported in one line naming the URL. `max_tokens` is sent only when given (tau2 sends
+none; the runner dispatch gives none, EvalConfig.max_new_tokens is a kit-protocol knob). The runner's
+training-data leak check and user-deviation columns are kit-protocol only.
+
+How it differs from the kit protocol (kit.rollout.loop + kit.verify): there the kit renders the
+prompts, parses tool calls itself (prompt or native mode), batches turns across episodes and
+judges with its own verifier. Here everything between the two endpoints is tau2's: its prompts,
+its native `tools=` requests (tool calls must come back as OpenAI `tool_calls`; a server whose
+chat template ignores tools -- e.g. SmolLM2's under `transformers serve` -- only ever talks,
+which tau2 handles as plain messages), its stop tokens, step/error limits and evaluator.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Optional
+
+from kit._tau2 import TAU2_VERSION, registry
+from kit.eval.passk import pass_k_table
+from kit.llm import EndpointError, parse_spec
+
+SIM_FILE = "tau2_simulations.jsonl"
+
+
+def litellm_model(spec: str, check: bool = True) -> tuple[str, dict]:
+    """'openai:URL#MODEL' -> ('openai/MODEL', {api_base, api_key}); checks the endpoint answers."""
+    import httpx
+
+    kind, kw = parse_spec(spec)
+    if kind != "openai":
+        raise ValueError(f"the tau2 protocol talks to OpenAI-compatible endpoints through litellm: "
+                         f"use 'openai:http://host:port/v1#model', got {spec!r}")
+    url, model = kw["base_url"].rstrip("/"), kw.get("model")
+    if model and not check:
+        return f"openai/{model}", {"api_base": url, "api_key": "dummy"}
+    try:
+        r = httpx.get(f"{url}/models", timeout=10)
+    except httpx.TransportError as e:
+        raise EndpointError(f"endpoint {url} unreachable ({type(e).__name__}): is the server running?") from None
+    if not model:  # no '#MODEL': the first model the server lists
+        try:
+            model = r.json()["data"][0]["id"]
+        except Exception:
+            raise EndpointError(f"endpoint {url}: no '#MODEL' in the spec and GET /models lists none") from None
+    return f"openai/{model}", {"api_base": url, "api_key": "dummy"}
+
+
+def _load_done(path: Path) -> dict:
+    from tau2.data_model.simulation import SimulationRun
+
+    done = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                sim = SimulationRun.model_validate_json(line)
+            except Exception:
+                continue  # a torn last line from a killed run: that episode reruns
+            done[(sim.task_id, sim.trial or 0)] = sim
+    return done
+
+
+def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_endpoint: str,
+                         trials: int = 1, max_steps: int = 100, temperature: float = 0.0,
+                         user_temperature: float = 0.0, seed: int = 300, out_dir=None,
+                         max_errors: int = 10, concurrency: int = 4,
+                         max_tokens: Optional[int] = None) -> dict:
+    """Run trials x tasks through tau2's orchestrator; return rows, pass^k and provenance."""
+    from tau2.run import run_task
+
+    if domain not in registry.get_domains():
+        raise ValueError(f"domain '{domain}' is not registered with tau2 (known: {registry.get_domains()})")
+    if not tasks:
+        raise ValueError(f"no tasks to evaluate in domain '{domain}'")
+    rng = random.Random(seed)  # == random.seed(seed) in tau2's run_tasks, without global state
+    seeds = [rng.randint(0, 1000000) for _ in range(trials)]
+
+    path = Path(out_dir) / SIM_FILE if out_dir else None
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    sims = _load_done(path) if path else {}
+    todo = [(t, k) for k in range(trials) for t in tasks if (t.id, k) not in sims]
+    agent_llm, agent_args = litellm_model(agent_endpoint, check=bool(todo))  # all done: no server needed
+    user_llm, user_args = litellm_model(user_endpoint, check=bool(todo))
+    agent_args["temperature"], user_args["temperature"] = temperature, user_temperature
+    if max_tokens:
+        agent_args["max_tokens"] = user_args["max_tokens"] = max_tokens
+    lock = threading.Lock()
+
+    def one(task, k):
+        try:
+            sim = run_task(domain=domain, task=task, agent="llm_agent", user="user_simulator",
+                           llm_agent=agent_llm, llm_args_agent=agent_args, llm_user=user_llm,
+                           llm_args_user=user_args, max_steps=max_steps, max_errors=max_errors,
+                           seed=seeds[k])
+        except Exception as e:
+            name = type(e).__name__
+            if "Connection" in name or "Timeout" in name:
+                raise EndpointError(f"task {task.id} trial {k}: endpoint {agent_args['api_base']} / "
+                                    f"{user_args['api_base']} failed: {name}: {str(e)[:300]}") from None
+            raise RuntimeError(f"task {task.id} trial {k} failed in tau2: {name}: {e}") from e
+        sim.trial = k
+        with lock:
+            sims[(task.id, k)] = sim
+            if path:  # one complete line per finished episode
+                with open(path, "a", encoding="utf-8") as f:
+                    f.write(sim.model_dump_json() + "\n")
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        for fut in [pool.submit(one, t, k) for t, k in todo]:
+            fut.result()  # the first failure propagates (queued episodes are cancelled)
+    wall = time.perf_counter() - t0
+
+    rows, by_task = [], {t.id: [] for t in tasks}
+    for t in tasks:
+        for k in range(trials):
+            sim = sims[(t.id, k)]
+            reward = float(sim.reward_info.reward) if sim.reward_info else 0.0
+            rows.append({"task_id": t.id, "trial": k, "reward": reward,
+                         "termination_reason": getattr(sim.termination_reason, "value", sim.termination_reason),
+                         "num_messages": len(sim.messages), "duration_s": sim.duration, "seed": sim.seed})
+            by_task[t.id].append(reward)
+    return {"protocol": "tau2-native", "tau2_version": TAU2_VERSION, "domain": domain,
+            "agent_model": agent_endpoint, "user_model": user_endpoint, "litellm_agent": agent_llm,
+            "litellm_user": user_llm, "trials": trials, "tasks": len(tasks), "max_steps": max_steps,
+            "temperature": temperature, "user_temperature": user_temperature, "seed": seed,
+            "episodes_run": len(todo), "wall_s": round(wall, 1), "episodes": rows,
+            "passk": pass_k_table(by_task, max_k=min(4, trials)),
+            "simulations_file": str(path) if path else None}
+
+
+def evaluate_config(cfg, agent=None, user=None):
+    """kit.eval.runner.evaluate for cfg.protocol == 'tau2': the same EvalResult shape."""
+    import json
+
+    import pandas as pd
+
+    from kit.envs import load_domain
+    from kit.eval.runner import EvalResult, load_tasks_file
+
+    if agent is not None or user is not None:
+        raise ValueError("protocol='tau2' drives tau2's own LLMAgent/UserSimulator through litellm: "
+                         "pass endpoints as cfg.model / cfg.user_model ('openai:URL#MODEL'), not backends")
+    tasks = load_tasks_file(cfg.tasks_file) if cfg.tasks_file else load_domain(cfg.domain).tasks(cfg.split)
+    tasks = tasks[: cfg.limit] if cfg.limit else tasks
+    out = evaluate_tau2_native(cfg.domain, tasks, cfg.model, cfg.user_model, cfg.trials, cfg.max_steps,
+                               cfg.temperature, cfg.user_temperature, cfg.seed, cfg.out_dir,
+                               max_errors=cfg.max_errors, concurrency=cfg.batch_size)
+    df = pd.DataFrame(out.pop("episodes"))
+    df["termination"] = df["termination_reason"]
+    meta = {**{k: v for k, v in out.items() if k != "passk"}, "protocol": "tau2",
+            "model": cfg.model, "user_model": cfg.user_model, "split": cfg.split, "tasks_file": cfg.tasks_file}
+    res = EvalResult(cfg, df, out["passk"], meta)
+    if cfg.out_dir:
+        Path(cfg.out_dir, "eval.json").write_text(json.dumps(res.to_json(), indent=2, default=str), encoding="utf-8")
+        df.to_csv(Path(cfg.out_dir, "episodes.csv"), index=False)
+    return res
