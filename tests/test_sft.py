@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kit.envs import load_domain
+from kit.grounding import grounded_only
 from kit.llm import ensure_embedded_model
 from kit.llm.hf import HFBackend
 from kit.llm.types import SamplingParams
@@ -70,7 +71,9 @@ def _ids(tokenizer, text):
 def test_agent_samples_are_the_rows_grpo_trains_on(mock, mock_samples, tokenizer, model_path):
     dom, trajs = mock
     agent, user = mock_samples
-    turns = [m for t in trajs for m in t.messages if m.role == "assistant" and (m.has_text() or m.tool_calls)]
+    # every assistant turn but the fixed greeting a rollout opens with (never generated, never trained)
+    turns = [m for t in trajs for m in t.messages if m.role == "assistant" and (m.has_text() or m.tool_calls)
+             and m.content != FIRST_AGENT_MESSAGE]
     assert len(agent) == len(turns) > 0
     assert len(user) == sum(1 for t in trajs for m in t.messages if m.role == "user" and m.has_text()) > 0
 
@@ -174,9 +177,16 @@ def test_jsonl_round_trip_and_datasets(mock_samples, tmp_path):
 
 def test_collated_labels_train_only_the_completion(mock_samples, tokenizer, tmp_path):
     agent, _ = mock_samples
+    # tau2's own message histories call create_task with values no message gave (user_1, a description):
+    # the grounding check drops those samples before training
+    agent, dropped = grounded_only(agent)
+    assert len(dropped) == 2 and {s.task_id for s, _ in dropped} == {
+        "update_task_with_message_history", "update_task_with_history_and_env_assertions"}
     max_len = 256  # shorter than every mock agent prompt: each one is truncated from the left
-    trainer, counts = prepare_sft(agent, SFTConfig(output_dir=str(tmp_path), max_seq_len=max_len, batch_size=len(agent)))
+    trainer, counts = prepare_sft(mock_samples[0], SFTConfig(output_dir=str(tmp_path), max_seq_len=max_len,
+                                                             batch_size=len(agent)))
     assert counts["samples"] == len(agent) and counts["truncated_prompts"] == len(agent)
+    assert counts["ungrounded_dropped"] == 2
     batch = next(iter(trainer.get_train_dataloader()))
     prompts = {}  # completion ids -> prompt ids of the samples with that completion (some share one)
     for s in agent:

@@ -51,7 +51,7 @@ from kit.rollout.loop import RolloutConfig, run_episodes
 
 ROUND_COLUMNS = [
     "round", "plans", "proposals", "built", "accepted", "acceptance_rate", "repaired",
-    "reject_synthesis", "reject_gold_runs", "reject_changes_state", "reject_grounded_args", "reject_policy",
+    "reject_synthesis", "reject_gold_runs", "reject_changes_state", "reject_grounded_args", "reject_held_out", "reject_policy",
     "reject_gold_reward", "reject_checker_strength", "reject_llm_judge", "fidelity_templated",
     "episodes", "pass_rate", "failures_task", "failures_agent", "failures_user", "failures_undetermined",
     "user_deviation_rate", "diversity", "sft_agent", "sft_user", "sft_ungrounded", "choice_fallbacks", "wall_s",
@@ -325,7 +325,7 @@ class Engine:
             "accepted": accepted, "acceptance_rate": round(accepted / max(len(props), 1), 4),
             "repaired": sum(bool(p["repairs"]) for p in props),
             **{f"reject_{k}": rej.get(k, 0) for k in ("synthesis", "gold_runs", "changes_state", "grounded_args",
-                                                       "policy", "gold_reward", "checker_strength", "llm_judge")},
+                                                       "held_out", "policy", "gold_reward", "checker_strength", "llm_judge")},
             "episodes": len(trajs), "pass_rate": round(sum(rewards) / len(rewards), 4) if rewards else None,
             **{f"failures_{k}": labels.get(k, 0) for k in ("task", "agent", "user", "undetermined")},
             "user_deviation_rate": (round(sum(bool(t["meta"].get("user_deviations")) for t in trajs) / len(trajs), 4)

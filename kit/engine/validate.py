@@ -5,6 +5,9 @@ Checks, in order (every failing check becomes a structured reason `{"check", "de
   changes_state    a task with writes changes the database; a lookup has info to communicate
   grounded_args    every argument value of every gold action is stated in the user scenario
                    or returned by an earlier gold tool call
+  held_out         no gold action (tool + arguments) is a gold action of an evaluation task
+                   (the domain's default task set and the kit's held-out set, kit/data): the
+                   engine never trains on what evaluation scores (kit/eval/leak.py checks runs)
   policy           coded rules of the domain (POLICY_RULES; none for a domain means none run)
   gold_reward      the gold trajectory earns reward 1 from the kit verifier and the checker
   checker_strength the checker (criteria + generated state code) rejects every near-miss
@@ -53,6 +56,22 @@ def _airline_cancel_rules(domain: Domain, task) -> Optional[str]:
 POLICY_RULES: dict[str, list[PolicyRule]] = {"*": [_no_transfer], "airline": [_airline_cancel_rules]}
 
 
+_EVAL_KEYS: dict[str, dict] = {}
+
+
+def evaluation_action_keys(domain: Domain) -> dict:
+    """(tool, arguments) key -> id of an evaluation task whose gold uses it (cached per domain)."""
+    if domain.name not in _EVAL_KEYS:
+        from kit.data import HELDOUT_FILES, HELDOUT_SPLIT
+        from kit.eval.leak import gold_action_keys
+
+        tasks = list(domain.tasks("default"))
+        if domain.name in HELDOUT_FILES:
+            tasks += domain.tasks(HELDOUT_SPLIT)
+        _EVAL_KEYS[domain.name] = {k: t.id for t in tasks for k in gold_action_keys(t)}
+    return _EVAL_KEYS[domain.name]
+
+
 def _scenario_text(task) -> str:
     return str(task.user_scenario).lower()
 
@@ -73,6 +92,13 @@ def executable_checks(domain: Domain, task) -> list[dict]:
             reasons.append({"check": "gold_runs", "detail": f"{a.name}: {obs.content[:160]}"})
             return reasons
         said += " " + obs.content.lower()
+    from kit.eval.leak import gold_action_keys
+
+    held_out = evaluation_action_keys(domain)
+    for key in sorted(gold_action_keys(task)):
+        if key in held_out:
+            reasons.append({"check": "held_out", "detail": f"{key[0]}({key[1]}) is a gold action of evaluation "
+                            f"task {held_out[key]}"})
     writes = [a for a in crit.actions or [] if domain.is_write_tool(a.name, a.requestor)]
     if writes and env.state_hash() == before:
         reasons.append({"check": "changes_state", "detail": "the gold writes leave the database unchanged"})

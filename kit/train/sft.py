@@ -97,8 +97,11 @@ class SFTConfig:
 # ----- data --------------------------------------------------------------------------------------
 
 
-def _pairs(source: Any) -> list[tuple[str, str]]:
-    """(prompt, completion) of every sample: a JSONL path, SFTSamples, dicts or a datasets.Dataset."""
+def _pairs(source: Any) -> tuple[list[tuple[str, str]], int]:
+    """(prompt, completion) of every grounded sample (a JSONL path, SFTSamples, dicts or a datasets.Dataset)
+    and how many were dropped by the grounding check (kit/grounding.py; samples that carry their
+    `messages` and `role` are checked, bare prompt/completion pairs cannot be)."""
+    from kit.grounding import sample_problems
     from kit.train.sft_data import SFTSample, read_samples
 
     if isinstance(source, (str, Path)):
@@ -106,8 +109,12 @@ def _pairs(source: Any) -> list[tuple[str, str]]:
         where = f" in {source}"
     else:
         items, where = list(source), ""
-    pairs = []
+    pairs, dropped = [], 0
     for k, s in enumerate(items):
+        checkable = isinstance(s, SFTSample) or (isinstance(s, dict) and s.get("role") and s.get("messages"))
+        if checkable and sample_problems(s):
+            dropped += 1
+            continue
         if isinstance(s, SFTSample):
             pairs.append((s.prompt, s.completion))
         elif isinstance(s, dict) and isinstance(s.get("prompt"), str) and isinstance(s.get("completion"), str):
@@ -115,8 +122,9 @@ def _pairs(source: Any) -> list[tuple[str, str]]:
         else:
             raise ValueError(f"SFT sample {k}{where} has no string 'prompt' and 'completion'")  # noqa: TRY004
     if not pairs:
-        raise ValueError(f"no SFT samples{where}: nothing to train on")
-    return pairs
+        raise ValueError(f"no SFT samples{where}: nothing to train on"
+                         + (f" ({dropped} dropped as ungrounded, kit/grounding.py)" if dropped else ""))
+    return pairs, dropped
 
 
 def tokenize_samples(pairs: list[tuple[str, str]], tokenizer: Any, max_seq_len: int) -> tuple[dict, dict]:
@@ -234,7 +242,7 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig) -> tuple[Any, dict]:
     from trl import SFTConfig as TRLSFTConfig
     from trl import SFTTrainer
 
-    pairs = _pairs(samples_or_path)  # fail on bad data before loading any weights
+    pairs, ungrounded = _pairs(samples_or_path)  # fail on bad data before loading any weights
     model, tokenizer, peft_config, unsloth = _load(config)
     columns, counts = tokenize_samples(pairs, tokenizer, config.max_seq_len)
     if config.report_to == "wandb":
@@ -271,7 +279,7 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig) -> tuple[Any, dict]:
     )
     trainer = _counting(SFTTrainer)(model=model, args=args, train_dataset=Dataset.from_dict(columns),
                                     processing_class=tokenizer, peft_config=peft_config)
-    counts.update(samples=len(columns["input_ids"]), unsloth=unsloth,
+    counts.update(samples=len(columns["input_ids"]), unsloth=unsloth, ungrounded_dropped=ungrounded,
                   completion_tokens_per_epoch=sum(sum(m) for m in columns["completion_mask"]))
     return trainer, counts
 
