@@ -15,7 +15,8 @@ Rules (PAPER.md's "dialogues that look right often do not execute", made checkab
            "I'd like to assist", "as an AI") nor meta-text about prompts, scenarios or tools.
   text     a model-written field carries every value it must carry (`needed`), contains no
            meta-text, instructions to a model or assistant-speak, and invents no ids (`known`:
-           the text the facts may come from).
+           the text the facts may come from); a scenario field is addressed to the customer
+           ("You want ..."), so it has no first-person words.
 Matching is case-insensitive on normalised text (quotes and commas ignored), so 'Buy milk'
 matches "buy milk". A sample with any problem is dropped, never trained on; callers count them.
 """
@@ -33,7 +34,10 @@ _FACT = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+|#?\b(?=[A-Za-z_]*\d)[A-Za-z0-9_]{3,
 _ASSISTANT_SPEAK = re.compile(
     r"how (can|may|could) i (help|assist)|i('d| would)? (like|love|be happy|be glad) to (help|assist)|"
     r"as an ai|i am an ai|i'm an ai|language model|i('m| am) here to help|is there anything else i can|"
-    r"i have created|i've created|i can help you", re.I)
+    r"i have created|i've created|i can help you|(ready|happy|glad) to (help|assist)|\b(help|assist) you\b|"
+    r"what('s| is) your (request|question)|let me know", re.I)
+# a scenario field is written to the customer ("You want ..."): first person means someone else is talking
+_FIRST_PERSON = re.compile(r"\b(i|i'm|i'll|i've|i'd|me|my|we|we're|our|us)\b", re.I)
 _META = re.compile(
     r"\b(scenario|system prompt|instructions?|custom action|placeholder|json|function call|tool call|"
     r"the (customer|user|caller) (wants|will|is|should|needs|would)|to be (extremely )?transparent)\b|"
@@ -85,8 +89,9 @@ def agent_turn_problems(messages: list[dict]) -> list[str]:
     return out
 
 
-def text_problems(text: str, needed: Iterable[Any] = (), known: str = "") -> list[str]:
-    """Why a model-written field cannot be used ([] when it can)."""
+def text_problems(text: str, needed: Iterable[Any] = (), known: str = "", second_person: bool = False) -> list[str]:
+    """Why a model-written field cannot be used ([] when it can). `second_person`: the text is a
+    scenario field addressed to the customer, so first-person words mean the model spoke as someone else."""
     t = text or ""
     if not t.strip():
         return ["empty"]
@@ -99,6 +104,8 @@ def text_problems(text: str, needed: Iterable[Any] = (), known: str = "") -> lis
         out.append("assistant-speak: " + _ASSISTANT_SPEAK.search(t).group(0))
     if _META.search(t):
         out.append("meta-text: " + _META.search(t).group(0))
+    if second_person and _FIRST_PERSON.search(t):
+        out.append("not addressed to the customer: " + _FIRST_PERSON.search(t).group(0))
     ok = norm(known)
     invented = [f for f in _FACT.findall(t) if not contains(ok, f.lstrip("#$"))]
     if invented:

@@ -14,8 +14,9 @@ offers, see kit/engine/choice.py):
                values of a field with the argument's name, the schema's enum, or — for free
                text such as a title — a short value it writes itself; a written value that is
                the prompt's own words (lead-ins like 'The value of "title" is', the persona,
-               "a customer who...", an unfinished phrase) is rewritten, up to 3 samples, then
-               an optional argument is left out and a required one ends the proposal
+               "a customer who...", an unfinished phrase) is rewritten, up to 2 samples, then
+               an optional argument is left out and a required one takes the domain's
+               template value (kit/envs/worlds.py, a recorded repair) or ends the proposal
                (lead-ins go in `choice.clean_text`; the rest is `free_value_problem`).
   3. execute   the gold actions run in a fresh fork. A write that errors or changes nothing
                is *repaired*: its arguments are chosen again without the values that failed
@@ -46,7 +47,7 @@ from kit.engine.plans import GENERIC_TOOLS, PlanPair
 from kit.engine.prompts import Prompts
 from kit.envs.domain import Domain
 
-from kit.envs.worlds import sample_world
+from kit.envs.worlds import free_text_template, sample_world
 from kit.grounding import contains, norm, text_problems
 from kit.rollout.request import Request, Step, task_request
 
@@ -97,7 +98,7 @@ class Proposal:
 
 # ----- model-written free-text values --------------------------------------------------------------
 
-FREE_VALUE_TRIES = 3
+FREE_VALUE_TRIES = 2
 _DANGLING = {"a", "an", "the", "of", "in", "to", "and", "or", "for", "with", "on", "at", "by", "is", "be", "that"}
 
 
@@ -250,6 +251,7 @@ class Synthesizer:
         names = [n for n in domain.tool_names("assistant") if n not in GENERIC_TOOLS]
         self.reads = [n for n in names if domain.tool_kind(n) == "read"]
         self.start: Optional[Task] = None  # the world of the current proposal (kit/envs/worlds.py)
+        self.notes: list[str] = []  # the current proposal's repairs
 
     # 1. explore
     def _read_options(self, pool: Pool, done: set[str], rng: random.Random, only: Optional[str] = None) -> list[Call]:
@@ -337,7 +339,10 @@ class Synthesizer:
                 else:
                     if not required:  # an optional argument is left out rather than filled with noise
                         continue
-                    raise _NoTask(f"free_value: no usable value for {tool}.{p} in {FREE_VALUE_TRIES} tries ({problem})")
+                    v = free_text_template(self.domain.name, p, rng)
+                    if v is None:
+                        raise _NoTask(f"free_value: no usable value for {tool}.{p} in {FREE_VALUE_TRIES} tries ({problem})")
+                    self.notes.append(f"fidelity: {tool}.{p} ({problem}) -> template")
                 src = None
             args[p] = v
             sources[p] = src
@@ -348,6 +353,7 @@ class Synthesizer:
         rng = random.Random(seed)
         prop = Proposal(unit=unit, attempt=attempt, plan_id=plan.id)
         log_start = len(self.chooser.log)
+        self.notes = prop.repairs  # template fallbacks of free-text arguments are repairs too
         try:
             self._propose(plan, prop, task_id, rng)
         except _NoTask as e:
@@ -464,18 +470,18 @@ class Synthesizer:
         known_text = json.dumps(env.env.tools.db.model_dump(mode="json"), default=str) + " " + request.text()
         reason = self.chooser.write(self.prompts.render(
             "synth_reason", persona=plan.slice.persona, synthesis=plan.synthesis, hints=plan.hints,
-            actions=actions), 64, what="reason_for_call")
+            actions=actions), 40, what="reason_for_call")
         fact_line = ", ".join(f"{k} = {option_text(v)}" for k, v in facts.items()) or "none"
         known = self.chooser.write(self.prompts.render(
-            "synth_known_info", actions=actions, facts=fact_line, hints=plan.hints), 64, what="known_info")
+            "synth_known_info", actions=actions, facts=fact_line, hints=plan.hints), 40, what="known_info")
         if self.repair_scenario:
-            problems = text_problems(reason, (), known_text)
+            problems = text_problems(reason, (), known_text, second_person=True)
             prop.fidelity["reason_for_call"] = problems
             if problems:
                 reason = request.reason_for_call()
                 prop.repairs.append(f"fidelity: reason_for_call ({problems[0]}) -> template")
             low = norm(reason)
-            problems = text_problems(known, [v for v in needed if not contains(low, v)], known_text)
+            problems = text_problems(known, [v for v in needed if not contains(low, v)], known_text, second_person=True)
             prop.fidelity["known_info"] = problems
             if problems:
                 known = request.known_info()

@@ -5,9 +5,10 @@ Checks, in order (every failing check becomes a structured reason `{"check", "de
   changes_state    a task with writes changes the database; a lookup has info to communicate
   grounded_args    every argument value of every gold action is stated in the user scenario
                    or returned by an earlier gold tool call
-  held_out         no gold action (tool + arguments) is a gold action of an evaluation task
-                   (the domain's default task set and the kit's held-out set, kit/data): the
-                   engine never trains on what evaluation scores (kit/eval/leak.py checks runs)
+  held_out         the gold actions (tool + arguments) do not contain every gold action of an
+                   evaluation task (the domain's default task set and the kit's held-out set,
+                   kit/data): the engine never trains on a solution evaluation scores (the rule
+                   kit/eval/leak.py applies to a whole run)
   policy           coded rules of the domain (POLICY_RULES; none for a domain means none run)
   gold_reward      the gold trajectory earns reward 1 from the kit verifier and the checker
   checker_strength the checker (criteria + generated state code) rejects every near-miss
@@ -60,7 +61,7 @@ _EVAL_KEYS: dict[str, dict] = {}
 
 
 def evaluation_action_keys(domain: Domain) -> dict:
-    """(tool, arguments) key -> id of an evaluation task whose gold uses it (cached per domain)."""
+    """Evaluation task id -> the set of its gold (tool, arguments) keys (cached per domain)."""
     if domain.name not in _EVAL_KEYS:
         from kit.data import HELDOUT_FILES, HELDOUT_SPLIT
         from kit.eval.leak import gold_action_keys
@@ -68,7 +69,7 @@ def evaluation_action_keys(domain: Domain) -> dict:
         tasks = list(domain.tasks("default"))
         if domain.name in HELDOUT_FILES:
             tasks += domain.tasks(HELDOUT_SPLIT)
-        _EVAL_KEYS[domain.name] = {k: t.id for t in tasks for k in gold_action_keys(t)}
+        _EVAL_KEYS[domain.name] = {t.id: keys for t in tasks if (keys := gold_action_keys(t))}
     return _EVAL_KEYS[domain.name]
 
 
@@ -94,11 +95,12 @@ def executable_checks(domain: Domain, task) -> list[dict]:
         said += " " + obs.content.lower()
     from kit.eval.leak import gold_action_keys
 
-    held_out = evaluation_action_keys(domain)
-    for key in sorted(gold_action_keys(task)):
-        if key in held_out:
-            reasons.append({"check": "held_out", "detail": f"{key[0]}({key[1]}) is a gold action of evaluation "
-                            f"task {held_out[key]}"})
+    mine = gold_action_keys(task)
+    for eval_id, keys in evaluation_action_keys(domain).items():
+        if keys <= mine:
+            reasons.append({"check": "held_out", "detail": "the gold actions contain the whole solution of "
+                            f"evaluation task {eval_id}: " + "; ".join(f"{k}({a})" for k, a in sorted(keys))})
+            break
     writes = [a for a in crit.actions or [] if domain.is_write_tool(a.name, a.requestor)]
     if writes and env.state_hash() == before:
         reasons.append({"check": "changes_state", "detail": "the gold writes leave the database unchanged"})

@@ -28,28 +28,36 @@ _TITLES = ["Pay electricity bill", "Book dentist appointment", "Prepare slides",
 
 
 def _mock_world(rng: random.Random) -> dict:
-    users, tasks = {}, {}
-    next_task = 2  # tau2 mock: task_1 exists; create_task numbers tasks by count, so ids stay consecutive
-    for _ in range(rng.randint(1, 3)):
+    """1-3 more users owning 5-8 more tasks. Record ids are the engine's own ('note_417'); create_task
+    numbers a new task task_<count + 1>, so new ids start at task_7 and never name an existing one."""
+    users: dict[str, dict] = {}
+    while len(users) < rng.randint(1, 3):
         first, last = rng.choice(_FIRST), rng.choice(_LAST)
-        uid = rng.choice([f"user_{rng.randint(2, 99)}", f"{first.lower()}_{rng.randint(10, 99)}"])
-        if uid in users:
-            continue
-        owned = []
-        for _ in range(rng.randint(0, 2)):
-            tid = f"task_{next_task}"
-            next_task += 1
-            tasks[tid] = {"task_id": tid, "title": rng.choice(_TITLES), "description": None,
-                          "status": rng.choice(["pending", "pending", "completed"])}
-            owned.append(tid)
-        users[uid] = {"user_id": uid, "name": f"{first} {last}", "tasks": owned}
+        uid = rng.choice([f"user_{rng.randint(100, 999)}", f"{first.lower()}_{rng.randint(10, 99)}"])
+        users.setdefault(uid, {"user_id": uid, "name": f"{first} {last}", "tasks": []})
+    tasks: dict[str, dict] = {}
+    while len(tasks) < rng.randint(5, 8):
+        tid = f"{rng.choice(['note', 'rem', 'tsk'])}_{rng.randint(100, 999)}"
+        tasks.setdefault(tid, {"task_id": tid, "title": rng.choice(_TITLES), "description": None,
+                               "status": rng.choice(["pending", "pending", "completed"])})
+    owners = list(users)
+    for tid in tasks:
+        users[rng.choice(owners)]["tasks"].append(tid)
     return {"users": users, "tasks": tasks}
 
 
 WORLDS: dict[str, Callable[[random.Random], dict]] = {"mock": _mock_world}
+# free-text argument values a domain can fall back on when the model's own fail the fidelity gate
+FREE_TEXT: dict[str, dict[str, list[str]]] = {"mock": {"title": _TITLES}}
 
 
 def sample_world(domain: str, rng: random.Random) -> Optional[dict]:
     """Database additions for one synthesized task, or None (the domain's base state)."""
     fn = WORLDS.get(domain)
     return fn(rng) if fn else None
+
+
+def free_text_template(domain: str, param: str, rng: random.Random) -> Optional[str]:
+    """A plausible value of a free-text argument (a task title), or None when the domain has none."""
+    values = FREE_TEXT.get(domain, {}).get(param)
+    return rng.choice(values) if values else None

@@ -32,6 +32,11 @@ OPENINGS = (
     "Hello! Please {req}.",
     "Hi, can you help me {req}?",
 )
+REASONS = (
+    "You want to {req}.",
+    "You are contacting support to {req}.",
+    "You need the agent to {req}.",
+)
 CREATE_VERBS = {"create", "add", "book", "open", "register", "make", "new"}
 
 
@@ -99,12 +104,27 @@ class Request:
             return first_person(self.fallback_text) or "Hi, I need some help."
         return rng.choice(OPENINGS).format(req=self.text())
 
-    def reason_for_call(self) -> str:
-        return f"You want to {self.text()}." if self.steps else self.fallback_text
+    def _rng(self, what: str, seed: Any) -> random.Random:
+        return random.Random(json.dumps([self.task_id, what, seed], default=str))
 
-    def known_info(self) -> str:
-        facts = [f"the {_words(k)} is {value_text(v)}" for s in self.steps for k, v in s.stated.items()]
-        return ("You know that " + "; ".join(facts) + ".") if facts else ""
+    def reason_for_call(self, seed: Any = None) -> str:
+        if not self.steps:
+            return self.fallback_text
+        return self._rng("reason", seed).choice(REASONS).format(req=self.text())
+
+    def known_info(self, seed: Any = None) -> str:
+        """The stated values as scenario facts, in one of a few phrasings (so a user model trained on them
+        learns to read facts, not one sentence shape)."""
+        pairs = [(k, v) for s in self.steps for k, v in s.stated.items()]
+        if not pairs:
+            return ""
+        style = self._rng("known", seed).randrange(3)
+        if style == 0:
+            return "You know that " + "; ".join(f"the {_words(k)} is {value_text(v)}" for k, v in pairs) + "."
+        if style == 1:
+            return " ".join(f"{'Your' if k.endswith('user_id') else 'The'} {_words(k)} is {value_text(v)}."
+                            for k, v in pairs)
+        return "Facts you can give: " + ", ".join(f"{_words(k)} {value_text(v)}" for k, v in pairs) + "."
 
 
 def _leaves(obj: Any, out: set[str]) -> set[str]:

@@ -479,8 +479,53 @@ def _wire(ps: PlannedStage, chain: list[PlannedStage], spec: RecipeSpec, origin:
                 ps.params[name] = fallback
 
 
+def engine_max_actions(explore_steps: int) -> int:
+    """Most gold actions an engine task can have: two writes (a multi_change plan) and the explored
+    reads whose results they used (kit/engine/synthesize.py)."""
+    return 2 + explore_steps
+
+
+def _budget_problem(ps: PlannedStage, plan: list[PlannedStage]) -> Optional[tuple[str, str]]:
+    """(field, message) when a stage's episode budget cannot fit a dialogue that scores
+    (kit.rollout.loop.step_budget_warning): evaluation against its actual tasks, GRPO and engine
+    rollouts against the longest task the engine can make."""
+    from kit.rollout.loop import STEP_SLACK, step_budget_warning
+
+    p = ps.params
+    if ps.stage == "evaluate":
+        from kit.envs import load_domain
+
+        if p.get("tasks_file"):
+            from kit.eval.runner import load_tasks_file
+
+            tasks = load_tasks_file(p["tasks_file"])
+        else:
+            try:
+                tasks = load_domain(p["domain"]).tasks(p.get("split"))
+            except Exception:  # an unknown split is reported where the stage runs
+                return None
+        why = step_budget_warning(tasks, p["max_steps"])
+        return ("max_steps", why) if why else None
+    field_, budget = {"grpo": ("max_episode_steps", p.get("max_episode_steps")),
+                      "synthesize": ("max_steps", p.get("max_steps") if p.get("group_size") else None)}.get(ps.stage,
+                                                                                                         (None, None))
+    if budget is None:
+        return None
+    synth = ps if ps.stage == "synthesize" else next(
+        (q for q in plan if q.key == ps.refs.get("tasks") and q.stage == "synthesize"), None)
+    if synth is None:
+        return None
+    need = 3 + 2 * engine_max_actions(synth.params.get("explore_steps", 2))
+    if budget < need + STEP_SLACK:
+        return (field_, f"{field_}={budget} is too tight for the engine's tasks: one with "
+                f"{engine_max_actions(synth.params.get('explore_steps', 2))} gold actions needs {need} messages and "
+                f"{STEP_SLACK} spare ones are advised; episodes cut by max_steps score 0")
+    return None
+
+
 def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors) -> None:
-    """Things a type cannot say: known domains, model folders that exist, split names."""
+    """Things a type cannot say: known domains, model folders that exist, split names, episode
+    budgets that can score."""
     from kit.envs import available_domains
 
     domains = set(available_domains())
@@ -503,6 +548,10 @@ def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors
                 seen_dirs.add(d)
         if ps.stage == "evaluate" and p.get("tasks_file") and not Path(p["tasks_file"]).is_file():
             errors.add(loc + ("tasks_file",), f"file '{p['tasks_file']}' does not exist", ("stages", ps.index))
+        elif p.get("domain") in domains:
+            problem = _budget_problem(ps, plan)
+            if problem:
+                errors.add(loc + (problem[0],), problem[1], ("stages", ps.index))
         if ps.stage in ("sft_user", "sft_agent") and isinstance(p.get("data"), str) and not _is_ref(p["data"]) \
                 and p["data"] != "gold" and not Path(p["data"]).is_dir():
             errors.add(loc + ("data",), f"'{p['data']}' is neither '@<stage id>', 'gold' nor an existing folder",
