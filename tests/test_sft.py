@@ -242,3 +242,37 @@ def test_bad_input_is_refused_clearly(tmp_path, mock_samples):
     trajs.write_text(Trajectory(task_id="t").model_dump_json() + "\n[1, 2]\n")
     with pytest.raises(BadLine, match=r"trajs.jsonl:2: not a kit Trajectory"):
         read_trajectories(trajs)
+
+
+def test_completion_loss_matches_the_plain_forward_pass(model_path):
+    """The cheap SFT loss (logits only where a label is predicted; a prefix all rows share run once
+    and attended through a repeated cache) has the plain loss's value and gradients."""
+    from transformers import AutoModelForCausalLM
+
+    from kit.train.sft import completion_loss
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    prefix = torch.randint(100, 40000, (120,), generator=g)
+    rows = [torch.cat([prefix, torch.randint(100, 40000, (n,), generator=g)]) for n in (20, 35, 12)]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(3, width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for i, r in enumerate(rows):
+        ids[i, :len(r)], mask[i, :len(r)], labels[i, 125:len(r)] = r, 1, r[125:]
+    inputs = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    reference = model(input_ids=ids, attention_mask=mask, labels=labels).loss  # transformers' own loss
+
+    def loss_and_grads(min_prefix):
+        model.zero_grad()
+        loss = completion_loss(model, inputs, min_prefix=min_prefix)
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    plain, g_plain = loss_and_grads(min_prefix=10**9)   # sparse logits only
+    shared, g_shared = loss_and_grads(min_prefix=64)    # sparse logits + shared prefix
+    assert plain == pytest.approx(reference.item(), rel=1e-5) and shared == pytest.approx(plain, rel=1e-5)
+    for name, grad in g_plain.items():
+        assert torch.allclose(g_shared[name], grad, rtol=1e-3, atol=1e-3 * float(grad.abs().max()) + 1e-8), name

@@ -147,25 +147,72 @@ def tokenize_samples(pairs: list[tuple[str, str]], tokenizer: Any, max_seq_len: 
     return {"input_ids": ids, "completion_mask": masks}, {"truncated_prompts": truncated, "dropped_too_long": dropped}
 
 
+def _shared_prefix(ids: Any, mask: Any, limit: int) -> int:
+    """Length of the token prefix every row of the batch starts with (at most `limit`)."""
+    same = (ids == ids[:1]) & (mask == 1)
+    differs = (~same.all(dim=0)).nonzero()
+    n = int(differs[0]) if len(differs) else ids.shape[1]
+    return min(n, limit)
+
+
+def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, min_prefix: int = 64) -> Any:
+    """Cross-entropy over the completion tokens, computed the cheap way, with the same value and
+    gradients as the plain forward pass (tests/test_sft.py checks both):
+
+    - logits only where a label is predicted: a causal LM's head over a 49k vocabulary at every
+      position of a 900-token row is a ~700 MB float32 tensor per batch of four on CPU, while the
+      loss needs the few positions that predict completion tokens (their union over the batch goes
+      to the model as `logits_to_keep`);
+    - a prefix every row shares (the agent's system prompt with its tools, ~750 of ~1000 tokens) is
+      run once, and its key/value cache, repeated for every row, is attended by each row's own
+      suffix; gradients flow back into the prefix through the repeated cache.
+    """
+    import torch
+
+    ids, labels = inputs["input_ids"], inputs["labels"]
+    mask = inputs.get("attention_mask")
+    if mask is None:
+        mask = torch.ones_like(ids)
+    wanted = (labels[:, 1:] != -100).any(dim=0).nonzero().flatten()  # position t predicts token t + 1
+    p = _shared_prefix(ids, mask, int(wanted.min())) if len(wanted) and ids.shape[0] > 1 else 0
+    if p >= min_prefix:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+        model(input_ids=ids[:1, :p], cache=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_repeat_interleave(ids.shape[0])
+        out = model(input_ids=ids[:, p:], attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=wanted - p)
+    else:
+        out = model(input_ids=ids, attention_mask=mask, logits_to_keep=wanted)
+    logits = out.logits.float()
+    target = labels[:, wanted + 1]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                             ignore_index=-100, reduction="sum")
+    n = num_items_in_batch if num_items_in_batch is not None else (target != -100).sum()
+    return loss / n
+
+
 def _counting(trainer_cls: type) -> type:
     """`trainer_cls` counting the tokens of every micro-batch it trains on (the dataloader may
-    prefetch batches it never trains on, so the collator is the wrong place to count)."""
+    prefetch batches it never trains on, so the collator is the wrong place to count), with the
+    loss computed on completion positions only (`completion_loss`) where the model allows it."""
 
     class Counting(trainer_cls):
         tokens_trained = 0
         tokens_seen = 0
+        sparse_logits = True
 
-        def compute_loss(self, model, inputs, *args, **kwargs):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if model.training:
                 self.tokens_trained += int((inputs["labels"][:, 1:] != -100).sum())  # token 0 is never predicted
                 mask = inputs.get("attention_mask")
                 self.tokens_seen += int(mask.sum()) if mask is not None else int(inputs["input_ids"].numel())
-            return super().compute_loss(model, inputs, *args, **kwargs)
+                if self.sparse_logits and not return_outputs:
+                    return completion_loss(model, inputs, num_items_in_batch)
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
 
     return Counting
-
-
-# ----- model -------------------------------------------------------------------------------------
 
 
 def _dtype(cfg: SFTConfig, cuda: bool):
@@ -279,6 +326,7 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig) -> tuple[Any, dict]:
     )
     trainer = _counting(SFTTrainer)(model=model, args=args, train_dataset=Dataset.from_dict(columns),
                                     processing_class=tokenizer, peft_config=peft_config)
+    trainer.sparse_logits = not unsloth  # Unsloth patches the forward pass its own way
     counts.update(samples=len(columns["input_ids"]), unsloth=unsloth, ungrounded_dropped=ungrounded,
                   completion_tokens_per_epoch=sum(sum(m) for m in columns["completion_mask"]))
     return trainer, counts
