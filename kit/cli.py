@@ -115,15 +115,20 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                      trials=args.trials, temperature=args.temperature, user_temperature=args.user_temperature,
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, seed=args.seed,
                      batch_size=args.batch_size, limit=args.limit, cross_check=args.cross_check,
-                     out_dir=args.out)
+                     out_dir=args.out, protocol=args.protocol, training_data=args.training_data or None,
+                     allow_overlap=args.allow_overlap)
     res = evaluate(cfg)
     df = res.episodes
     if len(df):
         print(df.groupby("task_id")["reward"].agg(["mean", "count"]).to_string())
         print("terminations:", df["termination"].value_counts().to_dict())
     print("pass^k:", {k: round(v, 4) for k, v in res.passk.items()})
-    print(f"user deviation rate: {res.meta['user_deviation_rate']:.3f}  "
-          f"(model={cfg.model}, user={cfg.user_model}, T={cfg.temperature}, tau2 {res.meta['tau2_version']})")
+    m = res.meta
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    print(f"protocol {m.get('protocol', 'kit')}; pass^1 95% CI {m.get('pass1_ci95')}; "
+          f"user: request stated {fmt(m.get('request_stated_rate'))}, proper end {fmt(m.get('proper_end_rate'))}, "
+          f"deviation rate {fmt(m.get('user_deviation_rate'))}  "
+          f"(model={cfg.model}, user={cfg.user_model}, T={cfg.temperature}, tau2 {m.get('tau2_version')})")
     if cfg.cross_check:
         print(f"tau2 agreement: {100 * res.meta.get('tau2_agreement', 0):.1f}%")
     print(res.summary_line())
@@ -297,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="pass^k of an agent on a τ² task set")
     ev.add_argument("--domain", required=True)
     g = ev.add_mutually_exclusive_group()
-    g.add_argument("--split", default="default", help="train | test | base | default | all")
+    g.add_argument("--split", default="default", help="train | test | base | default | all | heldout (kit/data)")
     g.add_argument("--tasks", default=None, help="JSON list or JSONL of tau2 Task objects")
     ev.add_argument("--model", default="embedded", help="embedded | hf:PATH | openai:URL#MODEL | vllm:PATH")
     ev.add_argument("--user-model", default=None, help="user simulator (default: same as --model)")
@@ -310,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--limit", type=int, default=None, help="first N tasks")
     ev.add_argument("--cross-check", action="store_true", help="also judge with tau2's evaluator")
+    ev.add_argument("--protocol", choices=("kit", "tau2"), default="kit",
+                    help="kit: the kit's episode loop; tau2: tau2's own orchestrator, agent and user simulator "
+                         "(openai: endpoints only)")
+    ev.add_argument("--training-data", nargs="*", default=None,
+                    help="files or run folders the agent trained on: the leak check refuses overlapping tasks")
+    ev.add_argument("--allow-overlap", action="store_true", help="evaluate despite an overlap (reported)")
     ev.add_argument("--out", default=None, help="directory for trajectories.jsonl, eval.json (resumable)")
     ev.set_defaults(fn=_cmd_eval)
 

@@ -230,7 +230,7 @@ metrics = run_sft(samples, cfg)
 for step, loss in metrics["loss_curve"]:
     st.log({f"sft_{role}/loss": loss}, step=step)
 pd.Series({k: metrics[k] for k in ("samples", "steps", "first_loss", "final_loss", "tokens_trained",
-                                   "truncated_prompts", "dropped_too_long", "wall_time_s")})
+                                   "truncated_prompts", "dropped_too_long", "ungrounded_dropped", "wall_time_s")})
 '''),
         code('''
 from kit.runner.report import fig_sft

@@ -483,12 +483,15 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
     if data["engine"]:
         en = Section("Data engine: yield per round")
         en.text("From the synthesize stage's rounds.csv: proposals, accepted tasks, rejection reasons, rollouts, "
-                "and failed rollouts attributed to the task, the agent or the user.")
+                "and failed rollouts attributed to the task, the agent or the user. <i>fidelity_templated</i>: "
+                "proposals whose model-written text failed the fidelity gate and was replaced by the grounded "
+                "template; <i>sft_ungrounded</i>: SFT samples the grounding check dropped (never trained on).")
         for r in data["engine"]:
             df = r["rounds"]
             cols = [c for c in ["round", "plans", "proposals", "built", "accepted", "acceptance_rate", "episodes",
-                                "pass_rate", *FAILURE_COLUMNS, "user_deviation_rate", "diversity", "sft_agent",
-                                "sft_user", "wall_s"] if c in df.columns]
+                                "pass_rate", *FAILURE_COLUMNS, "user_deviation_rate", "diversity", "repaired",
+                                "fidelity_templated", "sft_agent", "sft_user", "sft_ungrounded", "wall_s"]
+                    if c in df.columns]
             en.text(f"<b>{html.escape(r['key'])}</b>")
             en.table(df[cols])
             rej = [c for c in df.columns if c.startswith("reject_")]
