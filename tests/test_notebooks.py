@@ -59,6 +59,7 @@ def test_synthesize_parameters_are_engine_config_fields():
 
 TINY = """
 name: tiny-notebooks
+check_budgets: false   # plumbing only: these budgets cannot score
 domain: mock
 base_model: embedded
 stages:

@@ -58,12 +58,15 @@ def test_every_committed_recipe_validates(gpu_env):
 
 def test_quickstart_is_the_whole_chain_on_mock_with_the_embedded_model():
     r = load_recipe(ROOT / "recipes/quickstart-cpu.yaml")
-    assert [s.stage for s in r.plan] == ["synthesize", "sft_user", "sft_agent", "grpo", "evaluate", "report"]
+    assert [s.stage for s in r.plan] == ["synthesize", "sft_user", "sft_agent", "grpo", "evaluate", "evaluate", "report"]
     by = {s.id: s for s in r.plan}
     assert by["grpo"].refs == {"model": "sft_agent", "user_model": "sft_user", "tasks": "synthesize"}
-    assert by["evaluate"].refs == {"model": "grpo"} and by["evaluate"].params["user_model"] == "embedded"
+    # base and trained agent on the held-out tasks, judged by the same referee: the fine-tuned user
+    assert by["eval_trained"].refs == {"model": "grpo", "user_model": "sft_user"}
+    assert by["eval_base"].refs == {"user_model": "sft_user"} and by["eval_base"].params["model"] == "embedded"
     assert all(s.params.get("domain", "mock") == "mock" for s in r.plan)
-    assert by["evaluate"].params["trials"] == 1 and by["evaluate"].params["limit"] is None  # all 9 mock tasks
+    for ev in (by["eval_base"], by["eval_trained"]):
+        assert ev.params["split"] == "heldout" and ev.params["limit"] is None and not ev.params["allow_overlap"]
 
 
 def test_ablation_arms_expand_with_overrides_and_skips(gpu_env):
@@ -81,7 +84,8 @@ def test_ablation_arms_expand_with_overrides_and_skips(gpu_env):
     base_arm = next(a for a in r.spec.arms if "sft_agent" in a.skip)
     ev = next(s for s in r.plan if s.arm == base_arm.name and s.stage == "evaluate")
     assert "model" not in ev.refs and ev.params["model"] == r.spec.base_model  # nothing trained: the base model
-    assert not [s for s in r.plan if s.arm == base_arm.name and s.stage in ("sft_user", "sft_agent", "grpo")]
+    assert not [s for s in r.plan if s.arm == base_arm.name and s.stage in ("sft_agent", "grpo")]
+    assert ev.refs["user_model"].endswith("sft_user")  # every arm is judged by the fine-tuned referee user
     raw = [s for s in r.plan if s.stage == "grpo" and s.params["user_model"] == r.spec.base_model]
     ft = [s for s in r.plan if s.stage == "grpo" and s.refs.get("user_model", "").endswith("sft_user")]
     assert raw and ft

@@ -53,7 +53,7 @@ class EvalConfig:
     """Agent sampling temperature (the paper evaluates at 0.6; tau2's papers often at 0)."""
     user_temperature: float = 0.0
     max_new_tokens: int = 192
-    max_steps: int = 30
+    max_steps: int = 50
     max_errors: int = 10
     seed: int = 0
     batch_size: int = 16

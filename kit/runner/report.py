@@ -287,7 +287,8 @@ def protocol_columns(meta: dict) -> dict:
     """An evaluation's protocol measures (kit.eval.runner meta): pass^1 interval over tasks, how often the
     user's first message stated the request, how often episodes ended by a stop, train/test overlap."""
     leak = meta.get("leak") or {}
-    return {"pass^1 95% CI": _ci_text(meta.get("pass1_ci95")), "request stated": meta.get("request_stated_rate"),
+    return {"protocol": meta.get("protocol", "kit"), "tasks": meta.get("split") or meta.get("tasks_file"),
+            "pass^1 95% CI": _ci_text(meta.get("pass1_ci95")), "request stated": meta.get("request_stated_rate"),
             "proper end": meta.get("proper_end_rate"),
             "train/test overlap": (f"{leak.get('n_overlap')}/{leak.get('n_tasks')}" if leak else None)}
 

@@ -52,7 +52,7 @@ class SynthesizeParams(ModelStage):
     agent_model: Optional[str] = None
     user_model: Optional[str] = None
     sft_tokenizer: Optional[str] = None
-    max_steps: int = Field(default=10, ge=2)
+    max_steps: int = Field(default=16, ge=2)
     max_new_tokens: int = Field(default=96, ge=8)
     temperature: float = Field(default=0.8, ge=0.0)
     explore_steps: int = Field(default=2, ge=0)
@@ -134,7 +134,7 @@ class EvaluateParams(ModelStage):
     trials: int = Field(default=4, ge=1)
     temperature: float = Field(default=0.0, ge=0)
     user_temperature: float = Field(default=0.0, ge=0)
-    max_steps: int = Field(default=30, ge=2)
+    max_steps: int = Field(default=50, ge=2, description="Messages per episode (the paper: up to 50 orchestrator steps; tau2: 100).")
     max_new_tokens: int = Field(default=192, ge=1)
     batch_size: int = Field(default=16, ge=1)
     limit: Optional[int] = Field(default=None, ge=1)
