@@ -174,7 +174,9 @@ def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, mi
     if mask is None:
         mask = torch.ones_like(ids)
     wanted = (labels[:, 1:] != -100).any(dim=0).nonzero().flatten()  # position t predicts token t + 1
-    p = _shared_prefix(ids, mask, int(wanted.min())) if len(wanted) and ids.shape[0] > 1 else 0
+    # gradient checkpointing turns the cache off, so the prefix cannot be shared then
+    share = len(wanted) and ids.shape[0] > 1 and not getattr(model, "is_gradient_checkpointing", False)
+    p = _shared_prefix(ids, mask, int(wanted.min())) if share else 0
     if p >= min_prefix:
         from transformers import DynamicCache
 
