@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -118,12 +118,13 @@ def load_tasks_file(path: str) -> list:
     return tasks
 
 
-def _done_pairs(path: Path) -> dict[tuple[str, int], Trajectory]:
+def _done_pairs(path: Path, record: type = Trajectory) -> dict[tuple[str, int], Any]:
+    """(task id, trial) -> finished episode of a JSONL file of `record`s (kit Trajectory or tau2 SimulationRun)."""
     done = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
             try:
-                t = Trajectory.model_validate_json(line)
+                t = record.model_validate_json(line)
             except Exception:
                 continue  # a torn last line from a killed run: that episode reruns
             done[(t.task_id, t.trial or 0)] = t

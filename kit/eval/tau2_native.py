@@ -73,15 +73,9 @@ def litellm_model(spec: str, check: bool = True) -> tuple[str, dict]:
 def _load_done(path: Path) -> dict:
     from tau2.data_model.simulation import SimulationRun
 
-    done = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                sim = SimulationRun.model_validate_json(line)
-            except Exception:
-                continue  # a torn last line from a killed run: that episode reruns
-            done[(sim.task_id, sim.trial or 0)] = sim
-    return done
+    from kit.eval.runner import _done_pairs
+
+    return _done_pairs(path, SimulationRun)
 
 
 def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_endpoint: str,
