@@ -38,9 +38,10 @@ _ASSISTANT_SPEAK = re.compile(
     r"what('s| is) your (request|question)|let me know", re.I)
 # a scenario field is written to the customer ("You want ..."): first person means someone else is talking
 _FIRST_PERSON = re.compile(r"\b(i|i'm|i'll|i've|i'd|me|my|we|we're|our|us)\b", re.I)
+_SECOND_PERSON = re.compile(r"\b(you|your|you're|you've|you'd)\b", re.I)
 _META = re.compile(
-    r"\b(scenario|system prompt|instructions?|custom action|placeholder|json|function call|tool call|"
-    r"the (customer|user|caller) (wants|will|is|should|needs|would)|to be (extremely )?transparent)\b|"
+    r"\b(scenario|prompts?|instructions?|custom action|placeholder|json|function call|tool call|"
+    r"(the|this|a) (customer|user|caller)(?! ?(id|name|ids)\b)|to be (extremely )?transparent)\b|"
     r"<tool_call>|```|\{\{|\}\}", re.I)
 
 
@@ -106,6 +107,8 @@ def text_problems(text: str, needed: Iterable[Any] = (), known: str = "", second
         out.append("meta-text: " + _META.search(t).group(0))
     if second_person and _FIRST_PERSON.search(t):
         out.append("not addressed to the customer: " + _FIRST_PERSON.search(t).group(0))
+    elif second_person and not _SECOND_PERSON.search(t):
+        out.append("not addressed to the customer: no 'you'")
     ok = norm(known)
     invented = [f for f in _FACT.findall(t) if not contains(ok, f.lstrip("#$"))]
     if invented:

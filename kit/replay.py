@@ -67,11 +67,11 @@ def gold_final_text(task) -> str:
 
 
 def gold_trajectory(domain: Domain, task) -> Trajectory:
-    """A grounded gold dialogue: the user states the request (kit/rollout/request.py), the agent runs
+    """A grounded gold dialogue: the user states the request, in its scenario's words (kit/rollout/request.py), the agent runs
     the gold actions, says what it did and every fact to communicate, and the user ends it."""
-    from kit.rollout.request import CLOSING, task_request
+    from kit.rollout.request import CLOSING, scenario_opening
 
-    opening = task_request(domain, task).opening(seed="gold")
+    opening = scenario_opening(domain, task, seed="gold")
     traj = trajectory_from_actions(domain, task, gold_actions(task), gold_final_text(task),
                                    termination_reason="user_stop", opening=opening, closing=CLOSING)
     traj.meta.update({"source": "gold", "stop_signal": "stop"})

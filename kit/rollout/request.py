@@ -127,6 +127,31 @@ class Request:
         return "Facts you can give: " + ", ".join(f"{_words(k)} {value_text(v)}" for k, v in pairs) + "."
 
 
+def scenario_opening(domain, task, seed: Any = None) -> str:
+    """The customer's first message: their scenario's reason for call and known info, said in the
+    first person ("You marked 'X' as completed by mistake..." -> "I marked 'X' as completed by
+    mistake..."), when that text names every value the gold writes need; else `opening()`.
+
+    Why copy the scenario: a simulated user trained to restate its own scenario learns one skill
+    that carries to any wording of a scenario (a 135M model reads 'set back to pending' poorly but
+    copies it well), so the request the agent must act on reaches the dialogue."""
+    from kit.rollout.fidelity import _norm_value, required_user_values
+
+    request = task_request(domain, task)
+    instr = getattr(task.user_scenario, "instructions", None) if task.user_scenario else None
+    reason = (getattr(instr, "reason_for_call", None) or "").strip() if instr is not None and not isinstance(instr, str) else ""
+    known = (getattr(instr, "known_info", None) or "").strip() if instr is not None and not isinstance(instr, str) else ""
+    if reason:
+        rng = random.Random(json.dumps([task.id, "hello", seed], default=str))
+        text = " ".join(first_person(x) for x in (reason, known) if x)
+        text = rng.choice(("Hi! ", "Hello, ", "Hi there. ", "Hello! ", "Hi, ")) + text[0].lower() + text[1:] \
+            if not text.startswith("I ") else rng.choice(("Hi! ", "Hello. ", "Hi there. ", "Hello! ", "Hi. ")) + text
+        needed = required_user_values(task, domain=domain)
+        if all(v in _norm_value(text) for v in needed):
+            return text
+    return request.opening(seed)
+
+
 def _leaves(obj: Any, out: set[str]) -> set[str]:
     if isinstance(obj, dict):
         for v in obj.values():
