@@ -199,6 +199,10 @@ st.finish(outputs={"out": st.out_dir / "out.txt"}, summary={"python": sys.execut
 '''
 
 
+# what each stub "runs" besides kit.runner.stage, for the code fingerprint (parsed, never executed)
+STUB_CODE = {"sft_agent": "if False:\n    import kit.train.sft\n"}
+
+
 def stub_notebooks(where: Path) -> Path:
     where.mkdir(parents=True, exist_ok=True)
     for stage, model in STAGES.items():
@@ -206,7 +210,7 @@ def stub_notebooks(where: Path) -> Path:
         params = "\n".join(f"{n} = None" for n in names if n != "domain") + "\ndomain = 'mock'"
         pc = new_code_cell(params)
         pc.metadata["tags"] = ["parameters"]
-        nb = new_notebook(cells=[pc, new_code_cell(f"STAGE = {stage!r}\n" + STUB_BODY)])
+        nb = new_notebook(cells=[pc, new_code_cell(f"STAGE = {stage!r}\n" + STUB_CODE.get(stage, "") + STUB_BODY)])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, str(where / f"{stage}.ipynb"))
     return where
@@ -272,6 +276,54 @@ def test_failing_stage_keeps_its_traceback_and_a_rerun_resumes_there(tmp_path, m
     assert new_fp != old_fp
     m = json.loads((run_dir / "manifest.json").read_text())
     assert {s["key"]: s.get("replaced") for s in m["stages"]}["evaluate"] == str(kept)
+
+
+def test_changed_kit_code_reruns_the_stages_that_reach_it_and_only_those(tmp_path):
+    """The fingerprint covers code: edit a module one stage reaches (here kit/train/sft.py, reached by
+    the sft_agent stub) and that stage and those reading it rerun; the others are skipped."""
+    import shutil
+
+    from kit.runner.execute import Runner
+
+    code = tmp_path / "code" / "kit"
+    shutil.copytree(ROOT / "kit", code, ignore=shutil.ignore_patterns("__pycache__"))
+    nbs = stub_notebooks(tmp_path / "nbs")
+    recipe = load_recipe(write(tmp_path, CHAIN))
+    kw = dict(runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", notebooks_dir=nbs,
+              stream=open(tmp_path / "log", "w"), code_root=code)
+    first = Runner(recipe, **kw).run()
+    assert first.executed == ["synthesize", "sft_agent", "evaluate", "report"]
+    assert all(s["peak_rss_gib"] > 0 for s in first.manifest["stages"])  # each stage kernel's peak memory
+    res = Runner(recipe, **kw).run()
+    assert res.executed == [] and len(res.skipped) == 4  # unchanged code: skipped
+
+    sft = code / "train" / "sft.py"
+    sft.write_text(sft.read_text() + "\n# changed\n")
+    res = Runner(recipe, **kw).run()
+    assert res.skipped == ["synthesize"]  # never reaches kit/train/sft.py
+    assert "sft_agent" in res.executed and "report" in res.executed
+    (code / "engine" / "unused_by_any_stage.py").write_text("X = 1\n")  # reached by nobody
+    assert Runner(recipe, **kw).run().executed == []
+
+
+def test_code_closure_follows_imports_inside_functions(tmp_path):
+    from kit.runner.codehash import code_fingerprint, kit_closure, notebook_imports
+
+    root = tmp_path / "kit"
+    (root / "a").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "a" / "__init__.py").write_text("from kit.a.b import f\n")
+    (root / "a" / "b.py").write_text("def f():\n    from kit.c import g\n    return g()\n")
+    (root / "c.py").write_text("def g():\n    return 1\n")
+    (root / "d.py").write_text("Y = 2\n")
+    mods = notebook_imports('{"cells": [{"cell_type": "code", "source": ["%matplotlib inline\\n", "from kit.a import f"]}]}')
+    assert mods == {"kit.a", "kit.a.f"}
+    assert set(kit_closure(mods, root)) == {"kit", "kit.a", "kit.a.b", "kit.c"}
+    before = code_fingerprint(mods, root)
+    (root / "d.py").write_text("Y = 3\n")
+    assert code_fingerprint(mods, root) == before
+    (root / "c.py").write_text("def g():\n    return 2\n")
+    assert code_fingerprint(mods, root) != before
 
 
 def test_manifest_records_recipe_params_versions_models_seeds_git_and_the_kernel(tmp_path):

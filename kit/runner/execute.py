@@ -4,8 +4,9 @@
 
 For each planned stage, in order:
   1. resolve `@id` references to the producing stage's folder (absolute paths);
-  2. fingerprint the stage: its stage name, notebook, resolved parameters, and the fingerprints
-     of the stages it reads (so a changed upstream stage reruns everything below it);
+  2. fingerprint the stage: its stage name, notebook, the kit code the notebook reaches
+     (kit/runner/codehash.py), resolved parameters, and the fingerprints of the stages it reads
+     (so a changed upstream stage reruns everything below it);
   3. skip it when its folder holds a `stage.json` with status "complete", the same fingerprint,
      and every output it lists still exists ("resume after a crash");
      in an ablation, a stage identical to one another arm already ran is shared, not rerun;
@@ -13,7 +14,7 @@ For each planned stage, in order:
      output streamed to the terminal. A failing cell stops the chain: the executed notebook keeps
      the traceback, manifest.json says which stage failed and why, and `kit run` exits 1. Run the
      same command again and it resumes at that stage. A stage that had completed with other
-     inputs (a parameter, its notebook or an upstream stage changed) is first moved aside to
+     inputs (a parameter, its notebook, its kit code or an upstream stage changed) is first moved aside to
      <stage>.replaced-<old fingerprint>: a rerun never overwrites finished results in place.
 
 The kernel is this interpreter: a `python3` kernelspec pointing at sys.executable is written
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kit.runner import manifest as mf
+from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
 from kit.runner.stages import PRODUCES
 
@@ -138,8 +140,10 @@ def _first_error(nb_path: Path) -> str:
 class Runner:
     def __init__(self, recipe: Recipe, run_id: Optional[str] = None, runs_dir: str | Path = "runs",
                  reports_dir: str | Path = "reports", notebooks_dir: Optional[Path] = None,
-                 stream: Any = None, progress: bool = False, force: tuple[str, ...] = ()):
+                 stream: Any = None, progress: bool = False, force: tuple[str, ...] = (),
+                 code_root: Optional[Path] = None):
         self.recipe = recipe
+        self.code_root = Path(code_root).resolve() if code_root else KIT_DIR
         self.run_id = run_id or recipe.name
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", self.run_id):
             raise ValueError(f"run id '{self.run_id}' may hold only letters, digits, '.', '_' and '-'")
@@ -161,7 +165,10 @@ class Runner:
 
     def _fingerprint(self, ps: PlannedStage, params: dict, fps: dict[str, str]) -> str:
         nb = notebook_path(ps.stage, self.notebooks_dir)
-        body = {"stage": ps.stage, "notebook": _sha(nb.read_text(encoding="utf-8")) if nb.exists() else None,
+        text = nb.read_text(encoding="utf-8") if nb.exists() else None
+        body = {"stage": ps.stage, "notebook": _sha(text) if text is not None else None,
+                # the kit code the notebook reaches (kit/runner/codehash.py): changed code reruns the stage
+                "code": code_fingerprint(notebook_imports(text), self.code_root) if text is not None else None,
                 "params": {k: (("@", fps[ps.refs[k]]) if k in ps.refs else v) for k, v in params.items()}}
         if ps.stage == "report":
             body["upstream"] = sorted(fps.values())
@@ -260,7 +267,8 @@ class Runner:
                 info = mf.read_json(sdir / "stage.json") or {}
                 entry.update(status="complete", skipped=True, outputs=info.get("outputs"), summary=info.get("summary"),
                              warnings=info.get("warnings"), started=info.get("started"),
-                             finished=info.get("finished"), wall_s=info.get("wall_s"))
+                             finished=info.get("finished"), wall_s=info.get("wall_s"),
+                             peak_rss_gib=info.get("peak_rss_gib"))
                 m["stages"].append(entry)
                 self._write_manifest(m)
                 res.skipped.append(ps.key)
@@ -313,7 +321,8 @@ class Runner:
             info["wall_s"] = wall
             info["executed_notebook"] = str(out_nb)
             mf.write_json(sdir / "stage.json", info)
-            entry.update(status="complete", finished=mf.now(), wall_s=wall, outputs=info.get("outputs"),
+            entry.update(status="complete", finished=mf.now(), wall_s=wall, peak_rss_gib=info.get("peak_rss_gib"),
+                         outputs=info.get("outputs"),
                          summary=info.get("summary"), warnings=info.get("warnings"))
             for w in info.get("warnings") or []:
                 self.say(f"[kit run] WARNING {ps.key}: {w}")

@@ -541,7 +541,7 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
     # -- stages
     st = Section("Stages")
     st.table(pd.DataFrame([{"stage": s["key"], "status": s.get("status"), "wall s": s.get("wall_s"),
-                            "fingerprint": s.get("fingerprint"),
+                            "peak RSS GiB": s.get("peak_rss_gib"), "fingerprint": s.get("fingerprint"),
                             "executed notebook": _short(s.get("executed_notebook") or s.get("shared_with"), run_dir)}
                            for s in m.get("stages", [])]))
     sections.append(st)

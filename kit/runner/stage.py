@@ -95,7 +95,8 @@ class Stage:
         info = {"status": "complete", "stage": self.stage, "id": self.stage_id, "arm": self.arm,
                 "run_id": self.run_id, "fingerprint": self.fingerprint, "params": self.params,
                 "outputs": outputs, "summary": summary or {}, "warnings": self.warnings,
-                "started": self.started, "finished": now(), "wall_s": round(time.perf_counter() - self._t0, 1)}
+                "started": self.started, "finished": now(), "wall_s": round(time.perf_counter() - self._t0, 1),
+                "peak_rss_gib": peak_rss_gib()}
         if self._wandb is not None:
             info["wandb"] = {"id": getattr(self._wandb, "id", None), "dir": str(getattr(self._wandb, "dir", ""))}
             try:
@@ -106,6 +107,17 @@ class Stage:
                 pass
         write_json(self.out_dir / "stage.json", info)
         print(f"stage {self.key}: complete -> {self.out_dir}")
+
+
+def peak_rss_gib() -> float | None:
+    """Peak resident memory of this process (the stage's kernel) so far, GiB (None where unknown)."""
+    try:
+        import resource
+
+        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        return round(kib / 2**20, 2)
+    except (ImportError, OSError):  # pragma: no cover -- not Linux
+        return None
 
 
 def begin(stage: str, namespace: dict) -> Stage:
