@@ -147,7 +147,9 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         tasks_per_plan=args.tasks_per_plan, group_size=args.group_size, validation=not args.no_validation,
         evolution=not args.no_evolution, model=args.model, agent_model=args.agent_model, user_model=args.user_model,
         seed=args.seed, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, wandb=not args.no_wandb,
-        repair_scenario=not args.no_repair_scenario, llm_judge=args.llm_judge == "on")
+        repair_scenario=not args.no_repair_scenario, llm_judge=args.llm_judge == "on",
+        **({"judge_threshold": args.judge_threshold} if args.judge_threshold is not None else {}),
+        **({"explore_steps": args.explore_steps} if args.explore_steps is not None else {}))
     res = run_engine(cfg)
     cols = ["round", "proposals", "accepted", "acceptance_rate", "episodes", "pass_rate", "diversity"]
     for row in res.rounds:
@@ -342,6 +344,10 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--no-repair-scenario", action="store_true",
                     help="do not append known facts the model's scenario prose dropped (the validator rejects them)")
     sy.add_argument("--llm-judge", choices=["on", "off"], default="on")
+    sy.add_argument("--judge-threshold", type=float, default=None,
+                    help="reject a task when the judge's P(no) exceeds it (default: EngineConfig's)")
+    sy.add_argument("--explore-steps", type=int, default=None,
+                    help="read calls the synthesizer makes before proposing (default: EngineConfig's)")
     sy.add_argument("--no-wandb", action="store_true")
     sy.add_argument("--register", action="append", help="module whose register() adds a custom domain")
     sy.set_defaults(fn=_cmd_synthesize)

@@ -121,3 +121,25 @@ def test_scenario_fields_are_addressed_to_the_customer():
     assert text_problems("You want to mark note_164 as completed.", ["note_164"], "note_164", second_person=True) == []
     assert text_problems("My user id is user_9.", [], "user_9", second_person=True) == [
         "not addressed to the customer: My"]
+    # seen in an engine run, passed the first gate: third-person prose about "the customer", meta-text
+    assert text_problems("Hello, this customer requested a random sample of the original request.", second_person=True)
+    assert text_problems("a busy professional writing a new service promise is a classic case", second_person=True) == [
+        "not addressed to the customer: no 'you'"]
+    assert text_problems("In the prompt you provided, the customer asked")  # a free-text value
+    assert text_problems("You know that the user id is user_1.", [], "user_1", second_person=True) == []
+
+
+def test_gold_opening_restates_the_scenario_in_the_first_person():
+    """The user SFT target for the first turn is the scenario said by the customer: for every held-out
+    task (wordings the engine never writes) it names every value the gold writes need."""
+    from kit.rollout.fidelity import _norm_value, required_user_values
+    from kit.rollout.request import scenario_opening
+
+    dom = load_domain("mock")
+    tasks = dom.tasks("heldout")
+    for task in tasks:
+        opening = scenario_opening(dom, task, seed="gold")
+        assert all(v in _norm_value(opening) for v in required_user_values(task, domain=dom)), opening
+        assert " you " not in f" {opening.lower()} " and "your " not in opening.lower()
+    reopen = next(t for t in tasks if "by mistake" in t.user_scenario.instructions.reason_for_call)
+    assert "I marked '" in scenario_opening(dom, reopen, seed="gold")

@@ -51,13 +51,17 @@ _PERSON = [(r"\byou are\b", "I am"), (r"\byou were\b", "I was"), (r"\byou have\b
            (r"\byour\b", "my"), (r"\byours\b", "mine"), (r"\byourself\b", "myself"), (r"\byou\b", "I")]
 
 
+_QUOTED = re.compile(r"""((?<!\w)'[^']+'(?!\w)|"[^"]+")""")
+
+
 def first_person(text: str) -> str:
     """Scenario prose ("You want to delete your tasks.") as the customer says it ("I want to delete my tasks.")."""
-    out = text or ""
-    for pat, rep in _PERSON:
-        out = re.sub(pat, lambda m, rep=rep: rep if m.group(0)[0].islower() or rep == "I" or rep.startswith("I ")
-                     else rep[0].upper() + rep[1:], out, flags=re.I)
-    return out
+    parts = _QUOTED.split(text or "")  # quoted values ('Send thank-you notes') are kept as they are
+    for i in range(0, len(parts), 2):
+        for pat, rep in _PERSON:
+            parts[i] = re.sub(pat, lambda m, rep=rep: rep if m.group(0)[0].islower() or rep == "I" or rep.startswith("I ")
+                              else rep[0].upper() + rep[1:], parts[i], flags=re.I)
+    return "".join(parts)
 
 
 def _words(name: str) -> str:
