@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from kit.engine import EngineConfig, run_engine
 from kit.engine.audit import audit_run
 from kit.engine.plans import PlanPair, Slice, diversity, similarity, tool_patterns
-from kit.engine.reflect import _edits
+from kit.engine.reflect import _apply, _edits
 from kit.engine.store import RunStore, read_jsonl
 from kit.engine.choice import strip_lead_in
 from kit.engine.synthesize import Pool, free_value_problem
@@ -117,8 +117,20 @@ def test_reflector_offers_edits_the_evidence_supports():
     assert "simplify" in edits and "switch:create_task" in edits
     assert "harder" not in edits
     easy = PlanPair(id="plan1", slice=Slice("change", ["create_task"], "p", "e"), synthesis="s", evaluation="e")
-    good = {"proposals": 2, "accepted": 2, "rejections": Counter(), "failures": Counter()}
+    good = {"proposals": 2, "accepted": 2, "rejections": Counter(), "failures": Counter(), "episodes": 4}
     assert "harder" in _edits(mock, easy, good, {}) and not any(e.startswith("switch") for e in _edits(mock, easy, good, {}))
+    # harder means another tool second, not the same write twice
+    assert _apply(mock, easy, "harder").tools == ["create_task", "update_task_status"]
+    # all accepted but no rollouts: no evidence the tasks are easy, so not made harder
+    assert "harder" not in _edits(mock, easy, dict(good, episodes=0), {})
+
+
+def test_tool_patterns_keep_single_writes_at_least_as_common_as_pairs():
+    for name in ("mock", "airline", "retail"):
+        pats = tool_patterns(load_domain(name))
+        pairs = [t for i, t in pats if i == "multi_change"]
+        assert len(pairs) <= sum(i == "change" for i, _ in pats)
+        assert all(a != b for a, b in pairs)
 
 
 def test_store_recover_drops_uncommitted_and_torn_lines(tmp_path):

@@ -43,7 +43,9 @@ def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict) -> 
     edits = ["keep"]
     if sl.intent == "multi_change" and (stats["accepted"] < stats["proposals"] or failures):
         edits.append("simplify")
-    if sl.intent == "change" and stats["accepted"] == stats["proposals"] and not failures:
+    # harder only on evidence that agents solve these tasks (rollouts ran, none failed); without
+    # rollouts a fully accepted plan says the tasks are valid, not that they are easy
+    if sl.intent == "change" and stats["accepted"] == stats["proposals"] and stats.get("episodes") and not failures:
         edits.append("harder")
     if stats["accepted"] < stats["proposals"]:
         # switch only to patterns the round's evidence favours (a higher acceptance rate in
@@ -74,8 +76,10 @@ def _apply(domain: Domain, plan: PlanPair, edit: str) -> Slice:
     sl.tools = list(sl.tools)
     if edit == "simplify":
         sl.intent, sl.tools = "change", sl.tools[:1]
-    elif edit == "harder":
-        sl.intent, sl.tools = "multi_change", sl.tools + sl.tools[:1]
+    elif edit == "harder":  # a pair that starts with this tool, another tool second where the domain has one
+        pairs = [t for i, t in tool_patterns(domain) if i == "multi_change" and t[0] == sl.tools[0]]
+        sl.intent, sl.tools = "multi_change", (sorted(pairs, key=lambda t: t[1] == t[0])[0] if pairs
+                                               else sl.tools + sl.tools[:1])
     elif edit.startswith("switch:"):
         tools = edit.split(":", 1)[1].split(">")
         sl.tools = tools

@@ -345,8 +345,9 @@ class Engine:
             rj = Counter(reason["check"] if reason["check"] != "synthesis" else (reason["detail"] or "").split(":")[0]
                          for p in mine if not p["accepted"] for reason in p["reasons"][:1])
             fl = Counter(f["label"] for f in pf)
+            episodes = sum(1 for t in trajs if (t.get("task_id") or "") in ids)
             stats[plan.id] = {"proposals": len(mine), "accepted": sum(p["accepted"] for p in mine),
-                              "rejections": rj, "failures": fl}
+                              "rejections": rj, "failures": fl, "episodes": episodes}
             examples[plan.id] = [f"{p['reasons'][0]['check']}: {(p['reasons'][0]['detail'] or '')[:120]}"
                                  for p in mine if not p["accepted"]] + [f"{f['label']}/{f['rule']}: {f['evidence'][:100]}"
                                                                         for f in pf]
