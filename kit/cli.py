@@ -6,7 +6,8 @@
   kit export --domain D --out FILE.jsonl       gold + near-miss trajectories as SimulationRuns
   kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
   kit bench rollout [--model M] [--group 8]     batched vs one-at-a-time episodes
-  kit eval --domain D (--split S | --tasks FILE) --model M --user-model U --trials N
+  kit eval --domain D (--split S | --tasks-file FILE) --model M --user-model U --trials N   (every `evaluate` parameter)
+  kit synthesize --domain D --out DIR [--rounds N --num-plans N ...]                      (every `synthesize` parameter)
   kit checker sandbox --code FILE.py            run check() sandboxed; one JSON verdict line
   kit checker mutate --domain D --task-id ID    mutation report of a task's checker
   kit run RECIPE.yaml [--run-id ID] [--set K=V]  validate a recipe, run its stage notebooks, render the report
@@ -19,6 +20,9 @@ import json
 import statistics
 import sys
 import time
+
+from kit.stages import config_class as _config
+from kit.stages.base import add_config_arguments, config_from_args
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -107,17 +111,26 @@ def _cmd_bench_verify(args: argparse.Namespace) -> int:
     return 0 if res.agree == res.n else 1
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
-    from kit.eval import EvalConfig, evaluate
+def _stage_context(stage: str, config, out: str | None):
+    """What a stage's run() gets when called from the command line: its folder is --out."""
+    from pathlib import Path
 
-    cfg = EvalConfig(domain=args.domain, model=args.model, user_model=args.user_model or args.model,
-                     split=None if args.split == "all" else args.split, tasks_file=args.tasks,
-                     trials=args.trials, temperature=args.temperature, user_temperature=args.user_temperature,
-                     max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                     batch_size=args.batch_size, limit=args.limit, cross_check=args.cross_check,
-                     out_dir=args.out, protocol=args.protocol, training_data=args.training_data or None,
-                     allow_overlap=args.allow_overlap)
-    res = evaluate(cfg)
+    from kit.runner.stage import Stage
+
+    return Stage(stage, config.model_dump(), {"out_dir": out or str(Path("runs") / "cli" / stage), "run_id": "cli"})
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from kit.stages import evaluate
+
+    # `kit eval` runs the `evaluate` stage; its flags are the stage's Config fields (kit/stages/evaluate.py)
+    config = config_from_args(evaluate.Config, args, model=args.model or "embedded",
+                              user_model=args.user_model or args.model or "embedded",
+                              split=None if args.split == "all" else args.split,
+                              training_data=args.training_data or [])
+    st = _stage_context("evaluate", config, args.out)
+    out, res = evaluate.run(config, st)
+    st.finish(out)
     df = res.episodes
     if len(df):
         print(df.groupby("task_id")["reward"].agg(["mean", "count"]).to_string())
@@ -128,33 +141,29 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(f"protocol {m.get('protocol', 'kit')}; pass^1 95% CI {m.get('pass1_ci95')}; "
           f"user: request stated {fmt(m.get('request_stated_rate'))}, proper end {fmt(m.get('proper_end_rate'))}, "
           f"deviation rate {fmt(m.get('user_deviation_rate'))}  "
-          f"(model={cfg.model}, user={cfg.user_model}, T={cfg.temperature}, tau2 {m.get('tau2_version')})")
-    if cfg.cross_check:
+          f"(model={out.model}, user={out.user_model}, T={config.temperature}, tau2 {m.get('tau2_version')})")
+    if config.cross_check:
         print(f"tau2 agreement: {100 * res.meta.get('tau2_agreement', 0):.1f}%")
-    print(res.summary_line())
     return 0
 
 
 def _cmd_synthesize(args: argparse.Namespace) -> int:
     import importlib
 
-    from kit.engine import EngineConfig, run_engine
+    from kit.stages import synthesize
 
     for module in args.register or []:
         importlib.import_module(module).register()
-    cfg = EngineConfig(
-        domain=args.domain, out_dir=args.out, rounds=args.rounds, num_plans=args.plans,
-        tasks_per_plan=args.tasks_per_plan, group_size=args.group_size, validation=not args.no_validation,
-        evolution=not args.no_evolution, model=args.model, agent_model=args.agent_model, user_model=args.user_model,
-        seed=args.seed, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, wandb=not args.no_wandb,
-        repair_scenario=not args.no_repair_scenario, llm_judge=args.llm_judge == "on",
-        **({"judge_threshold": args.judge_threshold} if args.judge_threshold is not None else {}),
-        **({"explore_steps": args.explore_steps} if args.explore_steps is not None else {}))
-    res = run_engine(cfg)
+    # `kit synthesize` runs the `synthesize` stage; its flags are the stage's Config fields
+    config = config_from_args(synthesize.Config, args, model=args.model or "embedded")
+    st = _stage_context("synthesize", config, args.out)
+    out = synthesize.run(config, st)
+    st.finish(out)
+    import pandas as pd
+
     cols = ["round", "proposals", "accepted", "acceptance_rate", "episodes", "pass_rate", "diversity"]
-    for row in res.rounds:
+    for row in pd.read_csv(out.files["rounds"]).to_dict("records"):
         print("  ".join(f"{c}={row[c]}" for c in cols))
-    print(res.summary_line())
     return 0
 
 
@@ -301,54 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--mutants", type=int, default=5, help="at least this many near-misses per task")
     e.set_defaults(fn=_cmd_export)
 
-    ev = sub.add_parser("eval", help="pass^k of an agent on a τ² task set")
-    ev.add_argument("--domain", required=True)
-    g = ev.add_mutually_exclusive_group()
-    g.add_argument("--split", default="default", help="train | test | base | default | all | heldout (kit/data)")
-    g.add_argument("--tasks", default=None, help="JSON list or JSONL of tau2 Task objects")
-    ev.add_argument("--model", default="embedded", help="embedded | hf:PATH | openai:URL#MODEL | vllm:PATH")
-    ev.add_argument("--user-model", default=None, help="user simulator (default: same as --model)")
-    ev.add_argument("--trials", type=int, default=4)
-    ev.add_argument("--temperature", type=float, default=0.0)
-    ev.add_argument("--user-temperature", type=float, default=0.0)
-    ev.add_argument("--max-steps", type=int, default=30)
-    ev.add_argument("--max-new-tokens", type=int, default=192)
-    ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--batch-size", type=int, default=16)
-    ev.add_argument("--limit", type=int, default=None, help="first N tasks")
-    ev.add_argument("--cross-check", action="store_true", help="also judge with tau2's evaluator")
-    ev.add_argument("--protocol", choices=("kit", "tau2"), default="kit",
-                    help="kit: the kit's episode loop; tau2: tau2's own orchestrator, agent and user simulator "
-                         "(openai: endpoints only)")
-    ev.add_argument("--training-data", nargs="*", default=None,
-                    help="files or run folders the agent trained on: the leak check refuses overlapping tasks")
-    ev.add_argument("--allow-overlap", action="store_true", help="evaluate despite an overlap (reported)")
+    ev = sub.add_parser("eval", help="pass^k of an agent on a τ² task set (the `evaluate` stage; flags = its "
+                                     "Config, kit/stages/evaluate.py)")
+    add_config_arguments(ev, _config("evaluate"))
     ev.add_argument("--out", default=None, help="directory for trajectories.jsonl, eval.json (resumable)")
     ev.set_defaults(fn=_cmd_eval)
 
-    sy = sub.add_parser("synthesize", help="the self-evolving data engine (resumable: rerun the same --out)")
-    sy.add_argument("--domain", required=True)
+    sy = sub.add_parser("synthesize", help="the self-evolving data engine (the `synthesize` stage; flags = its "
+                                           "Config, kit/stages/synthesize.py; resumable: rerun the same --out)")
+    add_config_arguments(sy, _config("synthesize"))
     sy.add_argument("--out", required=True, help="run folder, e.g. runs/mock-engine")
-    sy.add_argument("--rounds", type=int, default=3)
-    sy.add_argument("--plans", type=int, default=4, help="plan pairs per round")
-    sy.add_argument("--tasks-per-plan", type=int, default=2)
-    sy.add_argument("--group-size", type=int, default=2, help="rollouts per accepted task (0: none)")
-    sy.add_argument("--no-validation", action="store_true", help="ablation: no task or trajectory validation")
-    sy.add_argument("--no-evolution", action="store_true", help="ablation: no reflection")
-    sy.add_argument("--model", default="embedded")
-    sy.add_argument("--agent-model", default=None)
-    sy.add_argument("--user-model", default=None)
-    sy.add_argument("--seed", type=int, default=0)
-    sy.add_argument("--max-steps", type=int, default=10)
-    sy.add_argument("--max-new-tokens", type=int, default=96)
-    sy.add_argument("--no-repair-scenario", action="store_true",
-                    help="do not append known facts the model's scenario prose dropped (the validator rejects them)")
-    sy.add_argument("--llm-judge", choices=["on", "off"], default="on")
-    sy.add_argument("--judge-threshold", type=float, default=None,
-                    help="reject a task when the judge's P(no) exceeds it (default: EngineConfig's)")
-    sy.add_argument("--explore-steps", type=int, default=None,
-                    help="read calls the synthesizer makes before proposing (default: EngineConfig's)")
-    sy.add_argument("--no-wandb", action="store_true")
     sy.add_argument("--register", action="append", help="module whose register() adds a custom domain")
     sy.set_defaults(fn=_cmd_synthesize)
 

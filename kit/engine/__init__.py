@@ -2,10 +2,18 @@
 
 Read in this order: run.py (the loop) → plans.py (meta-planner) → synthesize.py (task
 synthesizer) → validate.py (validator, checker) → reflect.py (reflector); choice.py is how
-a small model makes valid decisions, store.py how a killed run resumes.
+a small model makes valid decisions, store.py how a killed run resumes. Importing kit.engine
+loads only the config.
 """
 
 from kit.engine.config import EngineConfig
-from kit.engine.run import Engine, EngineResult, run_engine
 
 __all__ = ["Engine", "EngineConfig", "EngineResult", "run_engine"]
+
+
+def __getattr__(name: str):  # the loop (and tau2) load when first used, not when a config is read
+    if name in ("Engine", "EngineResult", "run_engine"):
+        from kit.engine import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'kit.engine' has no attribute {name!r}")

@@ -2,7 +2,8 @@
 
     kit run recipes/quickstart-cpu.yaml          # validate the whole recipe, then run it (resumable)
 
-Read in this order: stages.py (the stages and their parameters), recipe.py (a recipe's schema,
+Read in this order: stages.py (how stages are wired; each stage's Config and logic live in
+kit/stages/), recipe.py (a recipe's schema,
 validation, expansion of ablation arms), execute.py (papermill, skip/resume, failures),
 manifest.py (what a run records), stage.py (what a notebook calls), report.py (the HTML report),
 paper.py (the paper's numbers).

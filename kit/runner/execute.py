@@ -10,7 +10,7 @@ For each planned stage, in order:
   3. skip it when its folder holds a `stage.json` with status "complete", the same fingerprint,
      and every output it lists still exists ("resume after a crash");
      in an ablation, a stage identical to one another arm already ran is shared, not rerun;
-  4. else execute notebooks/<stage>.ipynb with papermill into <stage folder>/<id>.ipynb, cell
+  4. else execute notebooks/<stage>.py (jupytext; an .ipynb where no .py) with papermill into <stage folder>/<id>.ipynb, cell
      output streamed to the terminal. A failing cell stops the chain: the executed notebook keeps
      the traceback, manifest.json says which stage failed and why, and `kit run` exits 1. Run the
      same command again and it resumes at that stage. A stage that had completed with other
@@ -77,7 +77,19 @@ def _sha(text: str) -> str:
 
 
 def notebook_path(stage: str, notebooks_dir: Optional[Path] = None) -> Path:
-    return Path(notebooks_dir or NOTEBOOKS_DIR) / f"{stage}.ipynb"
+    """notebooks/<stage>.py (jupytext percent format, the source of truth), else <stage>.ipynb."""
+    where = Path(notebooks_dir or NOTEBOOKS_DIR)
+    script = where / f"{stage}.py"
+    return script if script.exists() else where / f"{stage}.ipynb"
+
+
+def load_notebook(path: Path) -> Any:
+    """What papermill executes: a jupytext .py read as a notebook, or an .ipynb's path."""
+    if path.suffix == ".py":
+        import jupytext
+
+        return jupytext.read(path)
+    return str(path)
 
 
 def install_kernelspec(where: Path) -> Path:
@@ -288,7 +300,7 @@ class Runner:
             t1 = time.perf_counter()
             try:
                 pm.execute_notebook(
-                    str(notebook_path(ps.stage, self.notebooks_dir)), str(out_nb), parameters=injected,
+                    load_notebook(notebook_path(ps.stage, self.notebooks_dir)), str(out_nb), parameters=injected,
                     kernel_name="python3", language="python", progress_bar=self.progress, log_output=False,
                     stdout_file=self.stream, stderr_file=self.stream, cwd=str(sdir), start_timeout=120,
                 )

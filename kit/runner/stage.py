@@ -1,9 +1,10 @@
 """What a stage notebook calls around its own work: parameters, seeds, W&B, warnings, stage.json.
 
-    st = begin("sft_agent", globals())   # validate this notebook's parameters, seed, make out_dir
+    st = begin("sft_agent", globals())   # validate this notebook's parameters (st.config), seed, make out_dir
+    out = kit.stages.sft.run(st.config, st)   # the stage's work -> its Outputs
     st.warn("...")                       # loud in the notebook, recorded in stage.json, manifest, report
     run = st.wandb()                     # this stage's W&B run (group = run id), or None
-    st.finish(outputs={"model": ...}, summary={...})   # stage.json: what the runner checks to skip
+    st.finish(out)                       # stage.json: what the runner checks to skip
 
 A notebook opened by hand in JupyterLab runs with its parameters cell's defaults: `begin` then
 makes up a run id ("notebook") and writes under runs/notebook/<stage>.
@@ -20,9 +21,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kit.runner.manifest import now, write_json
-from kit.runner.stages import RUNNER_FIELDS, STAGES
+from kit.stages import config_class
+from kit.stages.base import StageOutputs
 
 BANNER = "!" * 100
+
+# Set by the runner for every stage (where outputs go, the W&B group, ...); a recipe may not set them.
+RUNNER_FIELDS = ("run_id", "stage_id", "arm", "out_dir", "run_dir", "wandb_group", "fingerprint")
 
 
 class Stage:
@@ -36,6 +41,7 @@ class Stage:
         self.run_dir = Path(runner.get("run_dir") or self.out_dir.parent).resolve()
         self.wandb_group = runner.get("wandb_group") or self.run_id
         self.fingerprint = runner.get("fingerprint")
+        self.config: Any = None  # the stage's validated Config (kit/stages), set by begin()
         self.warnings: list[str] = []
         self.started = now()
         self._t0 = time.perf_counter()
@@ -86,8 +92,12 @@ class Stage:
                     step=step)
 
     # -- the end -----------------------------------------------------------------------------
-    def finish(self, outputs: Optional[dict] = None, summary: Optional[dict] = None) -> None:
-        """Write stage.json (status complete, outputs, summary, warnings); close the W&B run."""
+    def finish(self, outputs: Any = None, summary: Optional[dict] = None) -> None:
+        """Write stage.json (status complete, outputs, summary, warnings); close the W&B run.
+        `outputs`: the stage's Outputs model (kit/stages: its files and its numbers), or a dict
+        of output paths with `summary` beside it."""
+        if isinstance(outputs, StageOutputs):
+            outputs, summary = outputs.files, outputs.summary()
         outputs = {k: str(v) for k, v in (outputs or {}).items()}
         missing = [k for k, v in outputs.items() if not Path(v).exists()]
         if missing:
@@ -123,10 +133,11 @@ def peak_rss_gib() -> float | None:
 def begin(stage: str, namespace: dict) -> Stage:
     """Validate the notebook's parameters (from `namespace`, its globals()) against the stage's
     schema, set seeds and torch threads, and make the stage's folder."""
-    schema = STAGES[stage]
+    schema = config_class(stage)
     params = schema.model_validate({k: namespace[k] for k in schema.model_fields if k in namespace}).model_dump()
     runner = {k: namespace.get(k) for k in RUNNER_FIELDS}
     st = Stage(stage, params, runner)
+    st.config = schema.model_validate(params)
     seed = params.get("seed", 0)
     random.seed(seed)
     try:

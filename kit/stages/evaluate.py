@@ -1,0 +1,111 @@
+"""Stage `evaluate`: pass^k of an agent on a τ² split or a task file (kit.eval.evaluate).
+
+`trials` episodes per task, each judged by the kit verifier (tau2's evaluation semantics;
+`cross_check` also asks tau2's own evaluator), pass^k as τ²-bench defines it with a 95% bootstrap
+interval on pass^1 over tasks, the user simulator's deviation rate, how often its first message
+states the request (request_stated) and how often episodes end by a stop rather than a limit
+(proper_end). `protocol: tau2` runs tau2's own orchestrator and user simulator instead
+(kit.eval.tau2_native). Every number is recorded with the agent, the user simulator, the sampling
+and the tau2 version. A rerun resumes (trajectories.jsonl).
+
+Leak check first (kit.eval.leak, before any model is loaded): the evaluation tasks' gold actions
+against what this run trained on (`training_data`; by default every synthesize / sft_user /
+sft_agent / grpo stage that ran before this one). An overlap fails the stage unless
+`allow_overlap` is set; the overlap is recorded in eval.json and shown in the report either way.
+
+Outputs: eval.json, episodes.csv, trajectories.jsonl.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from kit.eval.config import EvalConfig
+from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_default, mechanism_kwargs
+
+
+def _eval(name: str, description: str, **bounds):
+    """A field whose default is EvalConfig's (declared there once)."""
+    return Field(default=mechanism_default(EvalConfig, name), description=description, **bounds)
+
+
+class Config(ModelStageConfig):
+    """The agent, the referee user, the tasks, and kit.eval.EvalConfig's knobs."""
+
+    model: Optional[str] = Field(default=None, description="Agent. None: the latest grpo / sft_agent stage, "
+                                 "else the base_model.")
+    user_model: Optional[str] = Field(default=None, description="User simulator at evaluation time (None: the "
+                                      "base_model, the same referee for every arm).")
+    label: Optional[str] = Field(default=None, description="Name of this evaluation in the report.")
+    split: Optional[str] = _eval("split", "τ² split (train / test / base), 'default' or 'heldout' (the kit's own).")
+    tasks_file: Optional[str] = _eval("tasks_file", "JSON list or JSONL of tau2 Task objects; replaces split.")
+    trials: int = _eval("trials", "Episodes per task (pass^k needs k <= trials).", ge=1)
+    temperature: float = _eval("temperature", "Agent sampling temperature.", ge=0)
+    user_temperature: float = _eval("user_temperature", "User simulator sampling temperature.", ge=0)
+    max_steps: int = Field(default=50, ge=2, description="Messages per episode (the paper: up to 50 orchestrator "
+                           "steps; tau2: 100).")
+    max_new_tokens: int = _eval("max_new_tokens", "Most tokens per agent or user turn.", ge=1)
+    max_errors: int = _eval("max_errors", "Failed tool calls before too_many_errors termination.", ge=1)
+    batch_size: int = _eval("batch_size", "Episodes advanced together (one batched forward pass per turn).", ge=1)
+    limit: Optional[int] = _eval("limit", "First N tasks only.", ge=1)
+    cross_check: bool = _eval("cross_check", "Also judge every episode with tau2's evaluator (agreement).")
+    protocol: Literal["kit", "tau2"] = _eval("protocol", "'kit' (kit loop + verifier) or 'tau2' (tau2's own "
+                                             "orchestrator and user simulator; needs openai: specs).")
+    training_data: Optional[list[str]] = Field(default=None, description="What the agent trained on, checked "
+                                               "against the evaluation tasks' gold actions (kit.eval.leak): files, "
+                                               "folders or 'split:<name>'. None: every synthesize / sft_user / "
+                                               "sft_agent / grpo stage of this run that ran before this one.")
+    allow_overlap: bool = Field(default=False, description="Evaluate even when evaluation tasks overlap the "
+                                "training data (the report still shows the overlap); off: the stage fails.")
+
+
+class Outputs(StageOutputs):
+    label: str
+    passk: dict[str, float] = Field(description="pass^k for k = 1..trials.")
+    ci95: list[Optional[float]] = Field(description="95% bootstrap interval of pass^1 over tasks.")
+    model: str
+    user_model: str
+    tasks: int
+    trials: int
+    user_deviation_rate: Optional[float] = None
+    request_stated_rate: Optional[float] = None
+    proper_end_rate: Optional[float] = None
+    leak: Optional[dict] = None
+    pass1_ci95: Optional[list] = None
+
+    @property
+    def pass1(self) -> Optional[float]:
+        return self.passk.get("1")
+
+
+def run(config: Config, st):
+    """Leak check, then the episodes; returns (Outputs, the kit.eval result with its episodes)."""
+    from kit.eval import evaluate
+    from kit.eval.leak import run_training_data
+    from kit.runner.report import bootstrap_pass1
+    from kit.runner.stage import model_spec
+
+    agent_spec = model_spec(config.model or "embedded", config.backend)
+    user_spec = model_spec(config.user_model or "embedded", config.backend)
+    train_paths = config.training_data if config.training_data is not None \
+        else run_training_data(st.run_dir, before=st.key, arm=st.arm)
+    print("leak check against:", *(train_paths or ["(no training data)"]), sep="\n  ")
+    cfg = EvalConfig(**mechanism_kwargs(config, EvalConfig, model=agent_spec, user_model=user_spec,
+                                        training_data=train_paths, out_dir=str(st.out_dir)))
+    res = evaluate(cfg, progress=True)
+    for w in res.meta.get("warnings") or []:
+        st.warn(w)
+    print(res.summary_line())
+    st.log({f"eval/pass^{k}": v for k, v in res.passk.items()}
+           | {"eval/user_deviation_rate": res.meta["user_deviation_rate"] or 0.0}
+           | {f"eval/{k}": res.meta[k] for k in ("request_stated_rate", "proper_end_rate") if res.meta.get(k) is not None})
+    _, lo, hi = bootstrap_pass1(res.episodes)
+    out = Outputs(files={"eval": str(st.out_dir / "eval.json"), "episodes": str(st.out_dir / "episodes.csv")},
+                  label=config.label or st.key, passk={str(k): v for k, v in res.passk.items()}, ci95=[lo, hi],
+                  model=agent_spec, user_model=user_spec, tasks=res.meta["tasks"], trials=config.trials,
+                  user_deviation_rate=res.meta["user_deviation_rate"], pass1_ci95=res.meta.get("pass1_ci95"),
+                  request_stated_rate=res.meta.get("request_stated_rate"),
+                  proper_end_rate=res.meta.get("proper_end_rate"), leak=res.meta.get("leak"))
+    return out, res

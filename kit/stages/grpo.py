@@ -1,0 +1,171 @@
+"""Stage `grpo`: GRPO of the agent against a user simulator, reward = the task's checker
+(kit.train.grpo.GRPOTrainer; its docstring says what is kept from the paper and what is dropped).
+
+Per step: `tasks_per_step` tasks, `group_size` multi-turn episodes each against the user simulator;
+reward = the task's checker (the engine's rl_tasks.jsonl: τ² criteria + sandboxed code, judged by
+kit.checkers.judge); group-relative advantages; dynamic filtering drops groups whose rewards are all
+equal and draws fresh tasks; token-level PPO-clip.
+
+The paper trains against the *fine-tuned* user (`user_model: "@sft_user"`, the default when the
+recipe has an sft_user stage); the user-model ablation uses the raw base model instead.
+
+With no engine tasks the stage trains on a split of the domain, said loudly (mock has no train
+split: its default set is also what `evaluate` scores, which the report and the leak check show).
+
+Outputs: model/ (HF folder), metrics.jsonl (one line per step).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_default, mechanism_kwargs
+from kit.train.grpo_config import GRPOConfig
+
+
+def _grpo(name: str, description: str, **bounds):
+    """A field whose default is GRPOConfig's (declared there once)."""
+    return Field(default=mechanism_default(GRPOConfig, name), description=description, **bounds)
+
+
+class Config(ModelStageConfig):
+    """The policy, the user simulator, the tasks, and kit.train.grpo.GRPOConfig's knobs."""
+
+    model: Optional[str] = Field(default=None, description="Policy to train: '@<sft_agent>', an HF folder or "
+                                 "'embedded'. None: the latest sft_agent stage, else the base_model.")
+    user_model: Optional[str] = Field(default=None, description="User simulator. None: the latest sft_user "
+                                      "stage (the paper's fine-tuned user), else the base_model (raw user).")
+    user_tag: Optional[str] = Field(default=None, description="'fine-tuned' or 'raw' (None: inferred).")
+    tasks: Optional[str] = Field(default=None, description="'@<synthesize>' (its rl_tasks.jsonl), a JSONL file of "
+                                 "checked tasks, or 'split:<name>'. None: the latest synthesize stage.")
+    fallback_split: Optional[str] = Field(default="train", description="No synthesized tasks: train on this "
+                                          "split of the domain (said loudly); the default set when it lacks it.")
+    steps: int = Field(default=10, ge=0, description="Optimizer steps (GRPOConfig.max_steps).")
+    group_size: int = _grpo("group_size", "G: episodes per task, the group advantages are normalised in.", ge=2)
+    tasks_per_step: int = _grpo("tasks_per_step", "B: groups kept per optimizer step.", ge=1)
+    lr: float = _grpo("lr", "AdamW learning rate, constant.", gt=0)
+    clip_eps: float = _grpo("clip_eps", "PPO clip range.", gt=0)
+    kl_coef: float = _grpo("kl_coef", "k3 KL penalty to the initial policy (0: none, the paper).", ge=0)
+    filter_mode: Literal["all_equal", "all_success", "off"] = _grpo("filter_mode", "Dynamic filtering.")
+    adv_scope: Literal["group", "batch"] = _grpo("adv_scope", "Advantage normalisation scope.")
+    resample_budget: int = _grpo("resample_budget", "Extra tasks a step may draw to replace filtered groups.",
+                                 ge=0)
+    minibatches: int = _grpo("minibatches", "Optimizer steps per batch (PPO minibatches).", ge=1)
+    micro_batch_size: int = _grpo("micro_batch_size", "Rows per forward/backward.", ge=1)
+    temperature: float = _grpo("temperature", "Rollout sampling temperature.", ge=0)
+    top_p: float = _grpo("top_p", "Rollout nucleus sampling.", gt=0, le=1)
+    top_k: int = _grpo("top_k", "Rollout top-k (0: none).", ge=0)
+    max_new_tokens: int = _grpo("max_new_tokens", "Most tokens per assistant turn.", ge=1)
+    max_episode_steps: int = _grpo("max_episode_steps", "Messages per episode before termination.", ge=2)
+    max_errors: int = _grpo("max_errors", "Failed tool calls before too_many_errors termination.", ge=1)
+    max_seq_tokens: Optional[int] = _grpo("max_seq_tokens", "Longer rows are left out of the update.", ge=16)
+    loss_norm: Literal["token", "sequence"] = _grpo("loss_norm", "'token': over the batch's tokens (paper).")
+    max_grad_norm: float = _grpo("max_grad_norm", "Gradient clipping by global norm.", gt=0)
+    weight_decay: float = _grpo("weight_decay", "AdamW weight decay.", ge=0)
+    user_temperature: float = _grpo("user_temperature", "User simulator sampling temperature.", ge=0)
+    user_max_new_tokens: int = _grpo("user_max_new_tokens", "Most tokens per user turn.", ge=1)
+    dtype: str = Field(default="auto", description="'auto' (bf16 on CUDA, else fp32) or a torch dtype name.")
+
+
+# the per-step metrics the notebook shows (metrics.jsonl has them all)
+SHOWN = ("step", "reward/mean", "pass_rate", "groups/filtered_frac", "groups/kept", "loss", "clip_frac",
+         "user/deviation_rate", "skip_reason", "time/step_s")
+
+
+class Outputs(StageOutputs):
+    steps: int
+    tasks: int
+    task_source: str = Field(description="'engine', 'split:<name>' or 'fallback:<what>'.")
+    user_tag: str = Field(description="'fine-tuned' or 'raw'.")
+    reward_first: Optional[float] = None
+    reward_last: Optional[float] = None
+
+
+def training_tasks(config: Config, dom, st) -> tuple[list, dict, str]:
+    """(tasks, checked tasks by id, where they came from)."""
+    from kit.checkers.checker import CheckedTask
+    from kit.runner.stage import split_tasks
+
+    checked, task_list, task_source = {}, [], ""
+    if config.tasks and config.tasks.startswith("split:"):
+        task_list, used_split = split_tasks(dom, config.tasks[len("split:"):], st, "GRPO")
+        task_source = f"split:{used_split}"
+    elif config.tasks:
+        f = Path(config.tasks) / "rl_tasks.jsonl" if Path(config.tasks).is_dir() else Path(config.tasks)
+        lines = f.read_text(encoding="utf-8").splitlines() if f.exists() else []
+        recs = [CheckedTask.model_validate_json(line) for line in lines if line.strip()]
+        checked = {r.task.id: r for r in recs}
+        task_list, task_source = [r.task for r in recs], "engine"
+        print(f"{len(task_list)} checked tasks from {f}")
+    if not task_list:
+        task_list, used_split = split_tasks(dom, config.fallback_split, st, "GRPO")
+        task_source = f"fallback:{used_split}"
+        st.warn(f"NO ENGINE TASKS: {'no synthesize stage' if not config.tasks else 'the engine accepted no task'}; "
+                f"GRPO trains on {len(task_list)} tasks of {config.domain} ({used_split}) instead (checker: τ² criteria)")
+    return task_list, checked, task_source
+
+
+def user_tag(config: Config) -> str:
+    """'fine-tuned' when the user model is an sft_user stage's output, else 'raw' (unless set)."""
+    if config.user_tag:
+        return config.user_tag
+    info = Path(config.user_model).parent / "stage.json" if config.user_model else None
+    stage = json.loads(info.read_text()).get("stage") if info is not None and info.exists() else None
+    return "fine-tuned" if stage == "sft_user" else "raw"
+
+
+def run(config: Config, st) -> Outputs:
+    """Train the policy; metrics.jsonl gets one line per step as it ends."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kit.checkers.checker import judge
+    from kit.envs import load_domain
+    from kit.runner.stage import model_folder, model_spec
+    from kit.train.grpo import GRPOTrainer
+    from kit.verify import verify
+
+    dom = load_domain(config.domain)
+    task_list, checked, task_source = training_tasks(config, dom, st)
+
+    def reward_fn(task, traj):
+        rec = checked.get(task.id)
+        return judge(dom, rec, traj).reward if rec is not None else verify(dom, task, traj).reward
+
+    print(f"{len(task_list)} tasks ({task_source}), "
+          f"{sum(bool(r.checker.code) for r in checked.values())} with code checkers")
+    policy_dir = model_folder(config.model or "embedded")
+    user_spec = model_spec(config.user_model or "embedded", config.backend)
+    tag = user_tag(config)
+    dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32}.get(config.dtype) \
+        or getattr(torch, config.dtype)
+    policy = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=dtype, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir, local_files_only=True)
+    print(f"policy: {policy_dir}\nuser simulator ({tag}): {user_spec}")
+
+    cfg = GRPOConfig(**mechanism_kwargs(config, GRPOConfig, max_steps=config.steps, user_model=user_spec,
+                                        user_tag=tag, print_metrics=False))
+    trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn)
+    if trainer.step_budget_warning:
+        st.warn(trainer.step_budget_warning)
+    metrics_file = st.out_dir / "metrics.jsonl"
+    metrics_file.write_text("")
+
+    def on_step(m: dict) -> None:
+        st.log({f"grpo/{k}": v for k, v in m.items()}, step=m["step"])
+        with open(metrics_file, "a", encoding="utf-8") as f:
+            f.write(json.dumps(m, default=str) + "\n")
+        print(f"step {m['step']}: reward {m['reward/mean']:.3f}, filtered {m['groups/filtered_frac']:.2f}, "
+              f"loss {m.get('loss', float('nan')):.4g}, {m['time/step_s']:.0f}s"
+              + (f" SKIPPED: {m['skip_reason']}" if m["skipped"] else ""))
+
+    history = trainer.train(on_step=on_step)
+    trainer.save(st.out_dir / "model")
+    return Outputs(files={"model": str(st.out_dir / "model"), "metrics": str(metrics_file)},
+                   steps=config.steps, tasks=len(task_list), task_source=task_source, user_tag=tag,
+                   reward_first=history[0]["reward/mean"] if history else None,
+                   reward_last=history[-1]["reward/mean"] if history else None)

@@ -1,0 +1,135 @@
+"""Stages `sft_user` and `sft_agent`: supervised fine-tuning of the user simulator or the agent
+(kit.train.sft.run_sft: TRL's SFTTrainer, full weights or LoRA, completion-only loss) on the
+engine's sft_user.jsonl / sft_agent.jsonl.
+
+The paper fine-tunes the user simulator on the same dialogues so that it follows its scenario and
+uses its own tools correctly; GRPO then trains the agent against that user. The agent learns every
+assistant turn of the accepted dialogues.
+
+If the engine produced no samples for the role (a 135M model accepts few tasks), the stage trains
+on the gold dialogues of the domain's tasks (kit.train.sft_data.gold_sft_samples) and says so
+loudly: in the notebook, stage.json, the run manifest and the report (`fallback: fail` stops
+instead). Every sample passes the grounding check (kit/grounding.py) inside run_sft; the dropped
+ones are counted.
+
+Output: model/, a plain HF folder (merged weights + tokenizer, loss_curve.json, sft_metrics.json),
+and sft_<role>.train.jsonl, the samples it trained on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_default, mechanism_kwargs
+from kit.train.sft import SFTConfig
+
+
+def _sft(name: str, description: str, **bounds):
+    """A field whose default is SFTConfig's (declared there once)."""
+    return Field(default=mechanism_default(SFTConfig, name), description=description, **bounds)
+
+
+class Config(ModelStageConfig):
+    """What the SFT stages take: the data, the start model, and kit.train.sft.SFTConfig's knobs."""
+
+    data: Optional[str] = Field(default=None, description="'@<synthesize stage>', a folder with sft_*.jsonl, "
+                                "or 'gold' (the domain's gold dialogues only). None: the latest synthesize stage.")
+    model: Optional[str] = Field(default=None, description="HF folder (or 'embedded') to start from. "
+                                 "None: the recipe's base_model.")
+    fallback: Literal["gold", "fail"] = Field(default="gold", description="No engine samples: train on the "
+                                              "domain's gold dialogues (said loudly) or fail the stage.")
+    gold_split: Optional[str] = Field(default="train", description="Split whose gold dialogues the fallback "
+                                      "uses; a domain without it (mock) uses its default set (flagged).")
+    gold_limit: Optional[int] = Field(default=None, ge=1, description="Use at most this many gold tasks.")
+    max_samples: Optional[int] = Field(default=None, ge=1, description="Use at most this many samples.")
+    lora: bool = _sft("lora", "Train LoRA adapters instead of all weights (merged into the saved weights).")
+    lora_r: int = _sft("lora_r", "LoRA rank.", ge=1)
+    lora_alpha: int = _sft("lora_alpha", "LoRA scaling numerator (update scaled by alpha / r).", ge=1)
+    lora_dropout: float = _sft("lora_dropout", "Dropout on the LoRA branch.", ge=0.0, lt=1.0)
+    lora_target_modules: str | list[str] = _sft("lora_target_modules", "Modules that get adapters: a list of "
+                                                "names, or 'all-linear'.")
+    lr: float = _sft("lr", "Peak AdamW learning rate (full ~1e-5..2e-5, LoRA ~1e-4..2e-4).", gt=0)
+    lr_scheduler: str = _sft("lr_scheduler", "transformers scheduler: linear, cosine, constant, ...")
+    warmup_steps: int = _sft("warmup_steps", "Linear warm-up steps.", ge=0)
+    epochs: float = _sft("epochs", "Passes over the data (ignored when max_steps > 0).", gt=0)
+    max_steps: int = _sft("max_steps", "Optimizer steps; > 0 overrides epochs.")
+    batch_size: int = _sft("batch_size", "Sequences per device per forward pass.", ge=1)
+    grad_accum: int = _sft("grad_accum", "Forward passes per optimizer step.", ge=1)
+    max_seq_len: int = _sft("max_seq_len", "Longest training sequence in tokens (prompts cut from the left).",
+                            ge=16)
+    gradient_checkpointing: bool = _sft("gradient_checkpointing", "Recompute activations: less memory, more time.")
+    dtype: str = _sft("dtype", "'auto' (bf16 on CUDA, else fp32), float32, bfloat16 or float16.")
+    logging_steps: int = _sft("logging_steps", "Loss logged every this many optimizer steps.", ge=1)
+    use_unsloth: Literal["auto", True, False] = _sft("use_unsloth", "'auto': Unsloth when CUDA and the "
+                                                     "package are there; True: require it; False: never.")
+
+
+class Outputs(StageOutputs):
+    data_source: str = Field(description="'engine', 'gold' (by choice) or 'gold-fallback' (no engine samples).")
+    samples: int = Field(description="Samples trained on.")
+    steps: int = Field(description="Optimizer steps run.")
+    first_loss: Optional[float] = None
+    final_loss: Optional[float] = None
+
+
+def training_samples(config: Config, role: str, st) -> tuple[list, str]:
+    """(samples, where they came from): the engine's sft_<role>.jsonl, else the gold dialogues."""
+    from transformers import AutoTokenizer
+
+    from kit.envs import load_domain
+    from kit.runner.stage import model_folder, split_tasks
+    from kit.train.sft_data import gold_sft_samples, read_samples
+
+    source = config.data or "gold"
+    samples, data_source = [], "gold"
+    if source != "gold":
+        engine_file = Path(source) / f"sft_{role}.jsonl"
+        samples = read_samples(engine_file) if engine_file.exists() else []
+        data_source = "engine"
+        print(f"{len(samples)} {role} samples from the engine ({engine_file})")
+    if not samples:
+        if source != "gold" and config.fallback == "fail":
+            raise RuntimeError(f"the engine produced no {role} SFT samples in {source} and fallback is 'fail'")
+        dom = load_domain(config.domain)
+        tasks, used_split = split_tasks(dom, config.gold_split, st, f"the gold {role} SFT data")
+        tasks = tasks[: config.gold_limit or None]
+        tokenizer = AutoTokenizer.from_pretrained(model_folder(config.model or "embedded"))
+        agent_samples, user_samples = gold_sft_samples(dom, tasks, tokenizer)
+        samples = agent_samples if role == "agent" else user_samples
+        if source == "gold":
+            print(f"data: gold dialogues by choice: {len(samples)} {role} samples from {len(tasks)} tasks")
+        else:
+            data_source = "gold-fallback"
+            st.warn(f"NO ENGINE DATA: the engine produced no {role} SFT samples ({source}); this SFT trains on "
+                    f"{len(samples)} GOLD {role} samples from {len(tasks)} tasks ({used_split}) of "
+                    f"{config.domain} instead")
+    return samples[: config.max_samples or None], data_source
+
+
+def run(config: Config, st, role: Optional[str] = None) -> Outputs:
+    """Train the `role` model ('user' or 'agent'; default: from the stage name) into model/."""
+    from kit.runner.stage import model_folder
+    from kit.train.sft import run_sft
+    from kit.train.sft_data import write_samples
+
+    role = role or st.stage.removeprefix("sft_")
+    if role not in ("user", "agent"):
+        raise ValueError(f"SFT role must be 'user' or 'agent', not {role!r}")
+    samples, data_source = training_samples(config, role, st)
+    write_samples(samples, st.out_dir / f"sft_{role}.train.jsonl")
+    if samples:
+        print("...", samples[0].prompt[-600:], "\n---- completion (what the loss covers) ----\n",
+              samples[0].completion)
+    cfg = SFTConfig(**mechanism_kwargs(
+        config, SFTConfig, model_path=model_folder(config.model or "embedded"),
+        output_dir=str(st.out_dir / "model"), report_to="none", run_name=f"{st.run_id}/{st.key}"))
+    metrics = run_sft(samples, cfg)
+    for step, loss in metrics["loss_curve"]:
+        st.log({f"sft_{role}/loss": loss}, step=step)
+    return Outputs(files={"model": str(st.out_dir / "model"),
+                          "loss_curve": str(st.out_dir / "model" / "loss_curve.json")},
+                   data_source=data_source, samples=metrics["samples"], steps=metrics["steps"],
+                   first_loss=metrics["first_loss"], final_loss=metrics["final_loss"])

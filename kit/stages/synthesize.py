@@ -1,0 +1,107 @@
+"""Stage `synthesize`: the AReaL-SEA self-evolving data engine (kit/engine) on a τ² domain.
+
+Per round: the meta-planner writes plan pairs, the synthesizer proposes tasks with gold actions in a
+forked environment, the validator accepts or rejects them (with reasons), `group_size` rollouts per
+accepted task are judged by the task's checker, failures are attributed to the task, the agent or
+the user, and the reflector rewrites the plans for the next round. A rerun resumes at the first
+unfinished unit.
+
+Outputs (in the stage folder): tasks.jsonl, rl_tasks.jsonl (tasks + checkers, for `grpo`),
+sft_agent.jsonl / sft_user.jsonl (for the SFT stages), rounds.csv (yield per round, rejection
+reasons, failure attribution), trajectories.jsonl, failures.jsonl.
+
+Simplified against the paper: one model plays every engine role (a small local model by default),
+the planner's and validator's judgments are constrained choices among code-built options where the
+paper lets a large model write freely (kit/engine/choice.py says why).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from pydantic import Field
+
+from kit.engine.config import EngineConfig
+from kit.stages.base import ModelStageConfig, StageOutputs, count_lines, inherit, mechanism_kwargs
+
+PRODUCED = ("tasks.jsonl", "rl_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
+            "failures.jsonl")
+
+
+class Config(ModelStageConfig):
+    """The engine's settings a recipe sets (kit.engine.EngineConfig minus where outputs go)."""
+
+    rounds: int = inherit(EngineConfig, "rounds")
+    num_plans: int = inherit(EngineConfig, "num_plans")
+    tasks_per_plan: int = inherit(EngineConfig, "tasks_per_plan")
+    group_size: int = inherit(EngineConfig, "group_size")
+    validation: bool = inherit(EngineConfig, "validation")
+    evolution: bool = inherit(EngineConfig, "evolution")
+    llm_judge: bool = inherit(EngineConfig, "llm_judge")
+    judge_threshold: float = inherit(EngineConfig, "judge_threshold")
+    model: Optional[str] = Field(default=None, description="Engine roles' backend (None: the recipe's base_model).")
+    agent_model: Optional[str] = Field(default=None, description="Assistant in rollouts (None: model).")
+    user_model: Optional[str] = Field(default=None, description="User simulator in rollouts (None: model).")
+    sft_tokenizer: Optional[str] = inherit(EngineConfig, "sft_tokenizer")
+    max_steps: int = inherit(EngineConfig, "max_steps")
+    max_new_tokens: int = inherit(EngineConfig, "max_new_tokens")
+    temperature: float = inherit(EngineConfig, "temperature")
+    explore_steps: int = inherit(EngineConfig, "explore_steps")
+    max_repairs: int = inherit(EngineConfig, "max_repairs")
+    repair_scenario: bool = inherit(EngineConfig, "repair_scenario")
+    max_similarity: float = inherit(EngineConfig, "max_similarity")
+    choice_temperature: float = inherit(EngineConfig, "choice_temperature")
+    concurrency: int = inherit(EngineConfig, "concurrency")
+    gold_dialogues: bool = inherit(EngineConfig, "gold_dialogues")
+    wandb: bool = inherit(EngineConfig, "wandb")
+
+
+class Outputs(StageOutputs):
+    accepted: int = Field(description="Tasks the validator accepted, all rounds.")
+    rounds: int = Field(description="Rounds run.")
+    proposals: int = Field(description="Task proposals, all rounds.")
+    lines: dict[str, int] = Field(description="Lines of each output file.")
+
+
+def run(config: Config, st) -> Outputs:
+    """Run the engine into the stage folder; warn when a later stage will have to fall back."""
+    import pandas as pd
+
+    from kit.engine import run_engine
+    from kit.runner.stage import model_spec
+
+    def spec(m):
+        return None if m is None else model_spec(m, config.backend)
+
+    cfg = EngineConfig(**mechanism_kwargs(
+        config, EngineConfig, out_dir=str(st.out_dir), model=spec(config.model or "embedded"),
+        agent_model=spec(config.agent_model), user_model=spec(config.user_model),
+        wandb=config.wandb and os.environ.get("WANDB_MODE") != "disabled", wandb_group=st.wandb_group))
+    result = run_engine(cfg, progress=True)
+    print(result.summary_line())
+    lines = {name: count_lines(st.out_dir / name) for name in PRODUCED}
+    if lines["rl_tasks.jsonl"] == 0:
+        st.warn("the engine accepted no task: `grpo` will fall back to the domain's own tasks")
+    for role in ("agent", "user"):
+        if lines[f"sft_{role}.jsonl"] == 0:
+            st.warn(f"the engine produced no {role} SFT samples: `sft_{role}` will fall back to gold dialogues")
+    files = {"rounds": str(st.out_dir / "rounds.csv")}
+    files.update({name.split(".")[0]: str(st.out_dir / name) for name, n in lines.items() if n})
+    proposals = int(pd.read_csv(st.out_dir / "rounds.csv")["proposals"].sum())
+    return Outputs(files=files, accepted=result.accepted, rounds=len(result.rounds), proposals=proposals, lines=lines)
+
+
+def example_task(out_dir) -> str:
+    """The first accepted task's scenario and gold actions, for a reader to look at."""
+    import json
+    from pathlib import Path
+
+    f = Path(out_dir) / "tasks.jsonl"
+    first = next((line for line in (f.read_text(encoding="utf-8").splitlines() if f.exists() else []) if line.strip()),
+                 None)
+    if first is None:
+        return "no accepted task"
+    task = json.loads(first)
+    body = {"user_scenario": task.get("user_scenario"), "actions": (task.get("evaluation_criteria") or {}).get("actions")}
+    return f"an accepted task: {task['id']}\n" + json.dumps(body, indent=1)[:3000]

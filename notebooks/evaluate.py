@@ -1,0 +1,78 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags
+#     formats: py:percent
+#     notebook_metadata_filter: kernelspec,-jupytext.text_representation
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Stage `evaluate`: pass^k on τ²-bench
+#
+# Leak check, then `trials` episodes per task against the referee user simulator, each judged by the
+# kit verifier; pass^k with a 95% interval, the user's deviation, request-stated and proper-end rates.
+# What it does: `kit/stages/evaluate.py`. Outputs: `eval.json`, `episodes.csv`, `trajectories.jsonl`.
+#
+# Run by `kit run RECIPE` (papermill fills the parameters cell and writes the executed copy to
+# `runs/<run-id>/<stage-id>/`), or by hand in JupyterLab with the defaults below.
+
+# %% tags=["parameters"]
+# Parameters of the `evaluate` stage: kit/stages/evaluate.py's Config (papermill overrides them).
+seed = 0  # Seed of everything random in the stage.
+threads = None  # torch CPU threads (None: torch's default).
+domain = 'mock'  # τ² domain (mock, airline, retail, telecom) or a registered kit domain.
+backend = 'hf'  # How a model *folder* is served for sampling: 'hf' (transformers) or 'vllm' (GPU offline engine).
+model = None  # Agent. None: the latest grpo / sft_agent stage, else the base_model.
+user_model = None  # User simulator at evaluation time (None: the base_model, the same referee for every arm).
+label = None  # Name of this evaluation in the report.
+split = 'default'  # τ² split (train / test / base), 'default' or 'heldout' (the kit's own).
+tasks_file = None  # JSON list or JSONL of tau2 Task objects; replaces split.
+trials = 4  # Episodes per task (pass^k needs k <= trials).
+temperature = 0.0  # Agent sampling temperature.
+user_temperature = 0.0  # User simulator sampling temperature.
+max_steps = 50  # Messages per episode (the paper: up to 50 orchestrator steps; tau2: 100).
+max_new_tokens = 192  # Most tokens per agent or user turn.
+max_errors = 10  # Failed tool calls before too_many_errors termination.
+batch_size = 16  # Episodes advanced together (one batched forward pass per turn).
+limit = None  # First N tasks only.
+cross_check = False  # Also judge every episode with tau2's evaluator (agreement).
+protocol = 'kit'  # 'kit' (kit loop + verifier) or 'tau2' (tau2's own orchestrator and user simulator; needs openai: specs).
+training_data = None  # What the agent trained on, checked against the evaluation tasks' gold actions (kit.eval.leak): files, folders or 'split:<name>'. None: every synthesize / sft_user / sft_agent / grpo stage of this run that ran before this one.
+allow_overlap = False  # Evaluate even when evaluation tasks overlap the training data (the report still shows the overlap); off: the stage fails.
+
+# --- set by `kit run` (leave as None when running this notebook by hand) ---
+run_id = None       # the run: runs/<run_id>/
+stage_id = None     # this stage's id in the recipe
+arm = None          # ablation arm, if any
+out_dir = None      # where this stage writes (default: runs/<run_id>/<stage_id>)
+run_dir = None      # runs/<run_id>
+wandb_group = None  # W&B group: the run id
+fingerprint = None  # the runner's hash of this stage's inputs (written to stage.json)
+
+# %%
+import pandas as pd
+from IPython.display import Image, display
+
+from kit.runner.report import fig_pass1
+from kit.runner.stage import begin
+from kit.stages import evaluate
+
+st = begin("evaluate", globals())
+out, res = evaluate.run(st.config, st)
+
+# %% [markdown]
+# ## pass^k, per task, and how episodes ended
+
+# %%
+display(pd.Series(out.summary()))
+display(res.episodes.groupby("task_id")["reward"].agg(["mean", "count"]))
+display(res.episodes["termination"].value_counts())
+rows = pd.DataFrame([{"evaluation": out.label, "pass^1": out.pass1, "ci_low": out.ci95[0], "ci_high": out.ci95[1]}])
+display(Image(filename=str(fig_pass1(rows, st.out_dir / "pass1.png"))))
+
+# %%
+st.finish(out)

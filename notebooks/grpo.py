@@ -1,0 +1,89 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags
+#     formats: py:percent
+#     notebook_metadata_filter: kernelspec,-jupytext.text_representation
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Stage `grpo`: GRPO of the agent
+#
+# GRPO of the agent against the user simulator with the tasks' checkers as reward: group-relative
+# advantages, dynamic filtering, token-level PPO-clip. What it does and what it simplifies:
+# `kit/stages/grpo.py` and `kit/train/grpo.py`. Outputs: `model/`, `metrics.jsonl`.
+#
+# Run by `kit run RECIPE` (papermill fills the parameters cell and writes the executed copy to
+# `runs/<run-id>/<stage-id>/`), or by hand in JupyterLab with the defaults below.
+
+# %% tags=["parameters"]
+# Parameters of the `grpo` stage: kit/stages/grpo.py's Config (papermill overrides them).
+seed = 0  # Seed of everything random in the stage.
+threads = None  # torch CPU threads (None: torch's default).
+domain = 'mock'  # τ² domain (mock, airline, retail, telecom) or a registered kit domain.
+backend = 'hf'  # How a model *folder* is served for sampling: 'hf' (transformers) or 'vllm' (GPU offline engine).
+model = None  # Policy to train: '@<sft_agent>', an HF folder or 'embedded'. None: the latest sft_agent stage, else the base_model.
+user_model = None  # User simulator. None: the latest sft_user stage (the paper's fine-tuned user), else the base_model (raw user).
+user_tag = None  # 'fine-tuned' or 'raw' (None: inferred).
+tasks = None  # '@<synthesize>' (its rl_tasks.jsonl), a JSONL file of checked tasks, or 'split:<name>'. None: the latest synthesize stage.
+fallback_split = 'train'  # No synthesized tasks: train on this split of the domain (said loudly); the default set when it lacks it.
+steps = 10  # Optimizer steps (GRPOConfig.max_steps).
+group_size = 8  # G: episodes per task, the group advantages are normalised in.
+tasks_per_step = 16  # B: groups kept per optimizer step.
+lr = 1.7e-05  # AdamW learning rate, constant.
+clip_eps = 0.4  # PPO clip range.
+kl_coef = 0.0  # k3 KL penalty to the initial policy (0: none, the paper).
+filter_mode = 'all_equal'  # Dynamic filtering.
+adv_scope = 'group'  # Advantage normalisation scope.
+resample_budget = 16  # Extra tasks a step may draw to replace filtered groups.
+minibatches = 1  # Optimizer steps per batch (PPO minibatches).
+micro_batch_size = 4  # Rows per forward/backward.
+temperature = 1.0  # Rollout sampling temperature.
+top_p = 1.0  # Rollout nucleus sampling.
+top_k = 0  # Rollout top-k (0: none).
+max_new_tokens = 192  # Most tokens per assistant turn.
+max_episode_steps = 30  # Messages per episode before termination.
+max_errors = 10  # Failed tool calls before too_many_errors termination.
+max_seq_tokens = None  # Longer rows are left out of the update.
+loss_norm = 'token'  # 'token': over the batch's tokens (paper).
+max_grad_norm = 1.0  # Gradient clipping by global norm.
+weight_decay = 0.0  # AdamW weight decay.
+user_temperature = 1.0  # User simulator sampling temperature.
+user_max_new_tokens = 96  # Most tokens per user turn.
+dtype = 'auto'  # 'auto' (bf16 on CUDA, else fp32) or a torch dtype name.
+
+# --- set by `kit run` (leave as None when running this notebook by hand) ---
+run_id = None       # the run: runs/<run_id>/
+stage_id = None     # this stage's id in the recipe
+arm = None          # ablation arm, if any
+out_dir = None      # where this stage writes (default: runs/<run_id>/<stage_id>)
+run_dir = None      # runs/<run_id>
+wandb_group = None  # W&B group: the run id
+fingerprint = None  # the runner's hash of this stage's inputs (written to stage.json)
+
+# %%
+import pandas as pd
+from IPython.display import Image, display
+
+from kit.runner.report import fig_grpo
+from kit.runner.stage import begin
+from kit.stages import grpo
+
+st = begin("grpo", globals())
+out = grpo.run(st.config, st)
+
+# %% [markdown]
+# ## Reward and dynamic filtering per step
+
+# %%
+hist = pd.read_json(out.files["metrics"], lines=True)
+display(hist[[c for c in grpo.SHOWN if c in hist]])
+if len(hist):
+    display(Image(filename=str(fig_grpo([{"key": st.key, "history": hist}], st.out_dir / "grpo.png"))))
+
+# %%
+st.finish(out)

@@ -1,0 +1,86 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags
+#     formats: py:percent
+#     notebook_metadata_filter: kernelspec,-jupytext.text_representation
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Stage `sft_user`: SFT of the user simulator
+#
+# Supervised fine-tuning of the user simulator on the engine's `sft_user.jsonl` (the domain's gold dialogues
+# if the engine gave none, said loudly). What it does and what it simplifies: `kit/stages/sft.py`.
+# Output: `model/`, a plain HF folder.
+#
+# Run by `kit run RECIPE` (papermill fills the parameters cell and writes the executed copy to
+# `runs/<run-id>/<stage-id>/`), or by hand in JupyterLab with the defaults below.
+
+# %% tags=["parameters"]
+# Parameters of the `sft_user` stage: kit/stages/sft.py's Config (papermill overrides them).
+seed = 0  # Seed of everything random in the stage.
+threads = None  # torch CPU threads (None: torch's default).
+domain = 'mock'  # τ² domain (mock, airline, retail, telecom) or a registered kit domain.
+backend = 'hf'  # How a model *folder* is served for sampling: 'hf' (transformers) or 'vllm' (GPU offline engine).
+data = None  # '@<synthesize stage>', a folder with sft_*.jsonl, or 'gold' (the domain's gold dialogues only). None: the latest synthesize stage.
+model = None  # HF folder (or 'embedded') to start from. None: the recipe's base_model.
+fallback = 'gold'  # No engine samples: train on the domain's gold dialogues (said loudly) or fail the stage.
+gold_split = 'train'  # Split whose gold dialogues the fallback uses; a domain without it (mock) uses its default set (flagged).
+gold_limit = None  # Use at most this many gold tasks.
+max_samples = None  # Use at most this many samples.
+lora = False  # Train LoRA adapters instead of all weights (merged into the saved weights).
+lora_r = 16  # LoRA rank.
+lora_alpha = 32  # LoRA scaling numerator (update scaled by alpha / r).
+lora_dropout = 0.0  # Dropout on the LoRA branch.
+lora_target_modules = 'all-linear'  # Modules that get adapters: a list of names, or 'all-linear'.
+lr = 2e-05  # Peak AdamW learning rate (full ~1e-5..2e-5, LoRA ~1e-4..2e-4).
+lr_scheduler = 'linear'  # transformers scheduler: linear, cosine, constant, ...
+warmup_steps = 0  # Linear warm-up steps.
+epochs = 1.0  # Passes over the data (ignored when max_steps > 0).
+max_steps = -1  # Optimizer steps; > 0 overrides epochs.
+batch_size = 4  # Sequences per device per forward pass.
+grad_accum = 1  # Forward passes per optimizer step.
+max_seq_len = 4096  # Longest training sequence in tokens (prompts cut from the left).
+gradient_checkpointing = False  # Recompute activations: less memory, more time.
+dtype = 'auto'  # 'auto' (bf16 on CUDA, else fp32), float32, bfloat16 or float16.
+logging_steps = 1  # Loss logged every this many optimizer steps.
+use_unsloth = 'auto'  # 'auto': Unsloth when CUDA and the package are there; True: require it; False: never.
+
+# --- set by `kit run` (leave as None when running this notebook by hand) ---
+run_id = None       # the run: runs/<run_id>/
+stage_id = None     # this stage's id in the recipe
+arm = None          # ablation arm, if any
+out_dir = None      # where this stage writes (default: runs/<run_id>/<stage_id>)
+run_dir = None      # runs/<run_id>
+wandb_group = None  # W&B group: the run id
+fingerprint = None  # the runner's hash of this stage's inputs (written to stage.json)
+
+# %%
+import json
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import Image, display
+
+from kit.runner.report import fig_sft
+from kit.runner.stage import begin
+from kit.stages import sft
+
+st = begin("sft_user", globals())
+out = sft.run(st.config, st)
+
+# %% [markdown]
+# ## Loss
+
+# %%
+display(pd.Series(out.summary()))
+curve = json.loads(Path(out.files["loss_curve"]).read_text())
+run = {"key": st.key, "curve": curve, "summary": {"data_source": out.data_source}}
+display(Image(filename=str(fig_sft([run], st.out_dir / "loss.png"))))
+
+# %%
+st.finish(out)

@@ -1,0 +1,90 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags
+#     formats: py:percent
+#     notebook_metadata_filter: kernelspec,-jupytext.text_representation
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Stage `synthesize`: the self-evolving data engine
+#
+# The AReaL-SEA data engine on a τ² domain: plans, tasks with gold actions, validation, rollouts judged
+# by each task's checker, failure attribution, reflection, `rounds` times. What it does and what it
+# simplifies: `kit/stages/synthesize.py`. A rerun resumes at the first unfinished unit.
+#
+# Run by `kit run RECIPE` (papermill fills the parameters cell and writes the executed copy to
+# `runs/<run-id>/<stage-id>/`), or by hand in JupyterLab with the defaults below.
+
+# %% tags=["parameters"]
+# Parameters of the `synthesize` stage: kit/stages/synthesize.py's Config (papermill overrides them).
+seed = 0  # Seed of everything random in the stage.
+threads = None  # torch CPU threads (None: torch's default).
+domain = 'mock'  # τ² domain (mock, airline, retail, telecom) or a registered kit domain.
+backend = 'hf'  # How a model *folder* is served for sampling: 'hf' (transformers) or 'vllm' (GPU offline engine).
+rounds = 3  # K rounds of synthesis → rollouts → reflection.
+num_plans = 4  # Plan pairs per round (the paper's ablation: 4 vs 64).
+tasks_per_plan = 2  # Task proposals per plan per round.
+group_size = 2  # G rollouts per accepted task (0: no rollouts).
+validation = True  # off = no task checks and no trajectory filtering.
+evolution = True  # off = plans stay as the meta-planner wrote them.
+llm_judge = True  # The validator's model judgment after the executable checks.
+judge_threshold = 0.7  # Reject when the judge's P(no) exceeds it.
+model = None  # Engine roles' backend (None: the recipe's base_model).
+agent_model = None  # Assistant in rollouts (None: model).
+user_model = None  # User simulator in rollouts (None: model).
+sft_tokenizer = None  # HF folder whose chat template renders SFT samples (default: the agent model's; needed for endpoints).
+max_steps = 16  # Messages per rollout episode.
+max_new_tokens = 96  # Per agent/user turn in rollouts.
+temperature = 0.8  # Rollout sampling temperature (agent and user).
+explore_steps = 2  # Read calls the synthesizer makes before proposing.
+max_repairs = 2  # Re-choices of a gold write that errors or changes nothing.
+repair_scenario = True  # Append known facts the model's prose dropped.
+max_similarity = 0.75  # Near-duplicate plan threshold.
+choice_temperature = 1.0  # Softmax temperature of constrained choices.
+concurrency = 8  # Units (plans) in flight at once with endpoint backends; in-process hf models always run one unit at a time.
+gold_dialogues = True  # Also write each accepted task's gold-replay dialogue to sft_agent.jsonl (meta.source = 'gold').
+wandb = True  # Log round metrics to W&B (offline unless WANDB_MODE says otherwise).
+
+# --- set by `kit run` (leave as None when running this notebook by hand) ---
+run_id = None       # the run: runs/<run_id>/
+stage_id = None     # this stage's id in the recipe
+arm = None          # ablation arm, if any
+out_dir = None      # where this stage writes (default: runs/<run_id>/<stage_id>)
+run_dir = None      # runs/<run_id>
+wandb_group = None  # W&B group: the run id
+fingerprint = None  # the runner's hash of this stage's inputs (written to stage.json)
+
+# %%
+import pandas as pd
+from IPython.display import Image, display
+
+from kit.runner.report import fig_engine
+from kit.runner.stage import begin
+from kit.stages import synthesize
+
+st = begin("synthesize", globals())
+out = synthesize.run(st.config, st)
+
+# %% [markdown]
+# ## Yield per round
+# Proposals, accepted tasks, rejection reasons, rollouts and their failure attribution.
+
+# %%
+rounds = pd.read_csv(out.files["rounds"])
+display(rounds)
+display(Image(filename=str(fig_engine([{"key": st.key, "rounds": rounds}], st.out_dir / "engine.png"))))
+
+# %% [markdown]
+# ## What it produced
+
+# %%
+display(pd.Series(out.lines, name="lines"))
+print(synthesize.example_task(st.out_dir))
+
+# %%
+st.finish(out)
