@@ -199,7 +199,7 @@ def _cmd_bench_rollout(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     res = bench_rollout(make_backend(args.model), args.domain, args.task_index, args.group,
-                        args.max_steps, args.max_new_tokens, args.seed, continuous=args.continuous,
+                        args.max_messages, args.max_new_tokens, args.seed, continuous=args.continuous,
                         repeat=args.repeat)
     best = " (fastest of each)" if args.repeat > 1 else ""
     print(f"batched: {res.tokens[0]} tokens in {res.batched_s:.1f} s; "
@@ -365,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--domain", default="mock")
     br.add_argument("--task-index", type=int, default=0)
     br.add_argument("--group", type=int, default=8)
-    br.add_argument("--max-steps", type=int, default=8)
+    br.add_argument("--max-messages", type=int, default=8, help="messages per episode")
     br.add_argument("--max-new-tokens", type=int, default=64)
     br.add_argument("--seed", type=int, default=0)
     br.add_argument("--threads", type=int, default=None, help="torch CPU threads")

@@ -34,8 +34,9 @@ tasks_file = None  # JSON list or JSONL of tau2 Task objects; replaces split.
 trials = 4  # Episodes per task (pass^k needs k <= trials).
 temperature = 0.0  # Agent sampling temperature.
 user_temperature = 0.0  # User simulator sampling temperature.
-max_steps = 50  # Messages per episode (the paper: up to 50 orchestrator steps; tau2: 100).
-max_new_tokens = 192  # Most tokens per agent or user turn.
+max_messages = 50  # Messages per episode (the paper: up to 50 orchestrator steps; tau2: 100).
+max_new_tokens = 192  # Most tokens per agent turn.
+user_max_new_tokens = 192  # Most tokens per user turn.
 max_errors = 10  # Failed tool calls before too_many_errors termination.
 batch_size = 16  # Episodes advanced together (one batched forward pass per turn).
 limit = None  # First N tasks only.

@@ -34,7 +34,7 @@ def main() -> int:
     ap.add_argument("--bench-steps", type=int, default=16)
     ap.add_argument("--continuous", action="store_true", help="bench: batched run with continuous batching")
     ap.add_argument("--trials", type=int, default=4)
-    ap.add_argument("--max-steps", type=int, default=16)
+    ap.add_argument("--max-messages", type=int, default=16)
     ap.add_argument("--sft-data", default=None, help="sft_agent.jsonl from an engine run (default: gold mock dialogues)")
     ap.add_argument("--sft-steps", type=int, default=60)
     ap.add_argument("--grpo-steps", type=int, default=4)
@@ -130,7 +130,7 @@ def main() -> int:
         from kit.eval import EvalConfig, evaluate
 
         cfg = EvalConfig(domain="mock", model=model, user_model="embedded", split="default", trials=args.trials,
-                         temperature=0.6, user_temperature=1.0, max_steps=args.max_steps, max_new_tokens=64,
+                         temperature=0.6, user_temperature=1.0, max_messages=args.max_messages, max_new_tokens=64, user_max_new_tokens=64,
                          seed=0, batch_size=36, limit=args.limit, cross_check=True, out_dir=str(out / f"eval_{label}"))
         res = evaluate(cfg)
         print(res.summary_line())
@@ -154,7 +154,7 @@ def main() -> int:
             samples, _ = gold_sft_samples(dom, dom.tasks("default"), AutoTokenizer.from_pretrained(state["base"]))
             source = "gold mock dialogues"
         cfg = SFTConfig(model_path=state["base"], output_dir=str(out / "sft_model"), lr=5e-5, warmup_steps=3,
-                        max_steps=args.sft_steps, batch_size=4, max_seq_len=2048, dtype="auto", seed=0,
+                        train_steps=args.sft_steps, batch_size=4, max_seq_len=2048, dtype="auto", seed=0,
                         report_to="none", run_name="gpu-check/sft_agent", use_unsloth="auto")
         m = run_sft(samples, cfg)
         state["sft"] = str(out / "sft_model")
@@ -174,8 +174,8 @@ def main() -> int:
         policy = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=dtype, local_files_only=True)
         tok = AutoTokenizer.from_pretrained(policy_dir, local_files_only=True)
         cfg = GRPOConfig(group_size=args.group, tasks_per_step=args.grpo_tasks, resample_budget=args.grpo_tasks,
-                         micro_batch_size=8, lr=2e-5, max_steps=args.grpo_steps, max_new_tokens=64,
-                         max_episode_steps=args.max_steps, user_model="embedded", user_tag="raw",
+                         micro_batch_size=8, lr=2e-5, train_steps=args.grpo_steps, max_new_tokens=64,
+                         max_messages=args.max_messages, user_model="embedded", user_tag="raw",
                          user_max_new_tokens=48, seed=0, print_metrics=False)
         trainer = GRPOTrainer(policy, tok, dom.tasks("default"), cfg, domain=dom,
                               reward_fn=lambda task, traj: verify(dom, task, traj).reward)

@@ -168,7 +168,7 @@ def test_multi_turn_smoke_on_the_mock_domain_one_optimizer_step_and_metrics(toke
     domain = load_domain("mock")
     task = domain.task("create_task_1")
     model = tiny_llama(tokenizer)
-    cfg = small_cfg(group_size=2, tasks_per_step=1, max_episode_steps=4, max_new_tokens=16, filter_mode="off")
+    cfg = small_cfg(group_size=2, tasks_per_step=1, max_messages=4, max_new_tokens=16, filter_mode="off")
     tr = GRPOTrainer(model, tokenizer, [task], cfg, domain=domain, user=ScriptedUser(task))  # reward: kit.verify
     m = tr.step()
     assert m["skipped"] == 0, m["skip_reason"]
@@ -195,7 +195,7 @@ def test_grpo_raises_the_embedded_models_reward_for_saying_dog():
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     cfg = GRPOConfig(lr=2e-5, group_size=8, tasks_per_step=1, resample_budget=1, micro_batch_size=8,
-                     max_new_tokens=6, max_steps=8, seed=0)
+                     max_new_tokens=6, train_steps=8, seed=0)
     task = PromptTask("pet", "Name an animal: cat or dog? Answer with one word.")
     tr = GRPOTrainer(model, tok, [task], cfg, rollout_fn=single_turn(6), reward_fn=says("dog"), agent_system=SYSTEM)
     t0 = time.perf_counter()

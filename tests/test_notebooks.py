@@ -99,7 +99,7 @@ def test_every_mechanism_knob_is_a_stage_config_field_with_its_default(stage):
         defaults = {f.name: f.default for f in dataclasses.fields(mech)}
     else:
         defaults = {n: f.default for n, f in mech.model_fields.items()}
-    renamed = {"grpo": {"max_steps": "steps"}}.get(stage, {})
+    renamed: dict = {}
     config = STAGES[stage].model_fields
     for name, default in defaults.items():
         if name in RUNTIME or name == "training_data":
@@ -117,17 +117,17 @@ domain: mock
 base_model: embedded
 stages:
   - stage: synthesize
-    params: {rounds: 1, num_plans: 1, tasks_per_plan: 1, group_size: 1, max_steps: 2, max_new_tokens: 16,
+    params: {rounds: 1, num_plans: 1, tasks_per_plan: 1, group_size: 1, max_messages: 2, max_new_tokens: 16, user_max_new_tokens: 16,
              explore_steps: 0, llm_judge: false}
   - stage: sft_user
-    params: {max_steps: 1, batch_size: 1, max_seq_len: 1024, gold_limit: 2}
+    params: {train_steps: 1, batch_size: 1, max_seq_len: 1024, gold_limit: 2}
   - stage: sft_agent
-    params: {max_steps: 1, batch_size: 1, max_seq_len: 1024, gold_limit: 2}
+    params: {train_steps: 1, batch_size: 1, max_seq_len: 1024, gold_limit: 2}
   - stage: grpo
-    params: {steps: 1, group_size: 2, tasks_per_step: 1, resample_budget: 0, micro_batch_size: 2, max_new_tokens: 8,
-             max_episode_steps: 2, user_max_new_tokens: 8, filter_mode: "off"}
+    params: {train_steps: 1, group_size: 2, tasks_per_step: 1, resample_budget: 0, micro_batch_size: 2, max_new_tokens: 8,
+             max_messages: 2, user_max_new_tokens: 8, filter_mode: "off"}
   - stage: evaluate
-    params: {trials: 1, limit: 2, max_steps: 2, max_new_tokens: 8, label: tiny, allow_overlap: true}
+    params: {trials: 1, limit: 2, max_messages: 2, max_new_tokens: 8, user_max_new_tokens: 8, label: tiny, allow_overlap: true}
   - stage: report
 """
 

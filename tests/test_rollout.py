@@ -49,13 +49,13 @@ def test_step_budget_fits_a_perfect_dialogue_and_a_tight_one_is_flagged():
     dom = load_domain("mock")
     tasks = dom.tasks()
     for task in tasks:
-        cfg = RolloutConfig(max_steps=min_episode_steps(task))
+        cfg = RolloutConfig(max_messages=min_episode_steps(task))
         (traj,) = run_episodes(dom, [task], ScriptedAgent(task), ScriptedUser(task), cfg, progress=False)
         assert traj.meta["steps"] <= min_episode_steps(task), task.id
         assert traj.termination_reason in ("agent_stop", "user_stop"), task.id
     assert step_budget_warning(tasks, 30) is None
     w = step_budget_warning(tasks, 8)
-    assert w.startswith("max_steps=8 is too tight for 7 of 9 tasks: a perfect dialogue needs 5 messages") and "score 0" in w
+    assert w.startswith("max_messages=8 is too tight for 7 of 9 tasks: a perfect dialogue needs 5 messages") and "score 0" in w
     assert "cannot end before max_steps at all" in step_budget_warning(tasks, 4)
 
 
@@ -72,7 +72,7 @@ def test_unparseable_tool_call_text_is_shown_to_the_model_counted_and_the_episod
     dom = load_domain("mock")
     task = dom.tasks()[0]
     agent = TextModel('<tool_call>{"name": "create_task", "arguments": {"user_id": </tool_call>')
-    cfg = RolloutConfig(max_steps=40, max_errors=3)
+    cfg = RolloutConfig(max_messages=40, max_errors=3)
     traj = run_episodes(dom, [task], agent, ScriptedUser(task), cfg, progress=False)[0]
     feedback = [m for m in traj.messages if m.role == "system" and m.meta.get("kind") == "parse_error"]
     assert len(feedback) == 3 and feedback[0].content.startswith("Error: your tool call could not be parsed")
@@ -87,7 +87,7 @@ def test_a_model_that_never_stops_ends_at_max_steps():
     dom = load_domain("mock")
     task = dom.tasks()[0]
     agent = TextModel('<tool_call>{"name": "get_users", "arguments": {}}</tool_call>')
-    traj = run_episodes(dom, [task], agent, ScriptedUser(task), RolloutConfig(max_steps=9), progress=False)[0]
+    traj = run_episodes(dom, [task], agent, ScriptedUser(task), RolloutConfig(max_messages=9), progress=False)[0]
     assert traj.termination_reason == "max_steps"
     assert 9 <= traj.meta["steps"] <= 11
     assert verify(dom, task, traj).reward == 0.0
@@ -101,7 +101,7 @@ def test_bad_tool_calls_from_a_model_stay_scorable_by_tau2():
     for raw in ['<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',
                 '<tool_call>{"name": "create_task", "arguments": {"owner": "user_1"}}</tool_call>',
                 '<tool_call>{"name": "create_task", "arguments": {"user_id": ["user_1"], "title": 3}}</tool_call>']:
-        traj = run_episodes(dom, [task], TextModel(raw), ScriptedUser(task), RolloutConfig(max_steps=6), progress=False)[0]
+        traj = run_episodes(dom, [task], TextModel(raw), ScriptedUser(task), RolloutConfig(max_messages=6), progress=False)[0]
         tool_msgs = [m for m in traj.messages if m.role == "tool"]
         assert tool_msgs and all(m.error for m in tool_msgs)
         assert load_domain("mock").fork(task).diff() == []
@@ -136,7 +136,7 @@ def test_embedded_model_episodes_through_the_hf_backend(domain, hf_backend):
     # Small on purpose: the big domains' prompts (policy + tools) are 4-8k tokens, and a
     # 2-core CPU prefills ~300 tokens/s. One user turn and one agent turn prove the path.
     group = 2 if domain == "mock" else 1
-    cfg = RolloutConfig(max_steps=4 if domain == "mock" else 2, seed=0,
+    cfg = RolloutConfig(max_messages=4 if domain == "mock" else 2, seed=0,
                         agent_params=SamplingParams(temperature=1.0, max_new_tokens=24),
                         user_params=SamplingParams(temperature=1.0, max_new_tokens=24))
     trajs = run_episodes(dom, [task] * group, hf_backend, hf_backend, cfg, progress=False)
@@ -167,7 +167,7 @@ def test_continuous_batching_runs_the_episodes_the_turn_by_turn_schedule_runs(hf
         monkeypatch.setattr(hf_backend, name, lambda *a, _real=real, _name=name, **k: used.append(_name) or _real(*a, **k))
 
     def dialogues(continuous, agent_params=greedy, user_params=short, seed=0):
-        cfg = RolloutConfig(max_steps=5, seed=seed, agent_params=agent_params, user_params=user_params,
+        cfg = RolloutConfig(max_messages=5, seed=seed, agent_params=agent_params, user_params=user_params,
                             continuous=continuous)
         used.clear()
         trajs = run_episodes(dom, tasks, hf_backend, hf_backend, cfg, progress=False)
@@ -191,7 +191,7 @@ def test_rollout_bench_alternates_repeats_of_the_same_work_and_keeps_each_sides_
     from kit.bench.rollout import bench_rollout
 
     lines = []
-    res = bench_rollout(hf_backend, "mock", 0, group=2, max_steps=2, max_new_tokens=4, log=lines.append, repeat=2)
+    res = bench_rollout(hf_backend, "mock", 0, group=2, max_messages=2, max_new_tokens=4, log=lines.append, repeat=2)
     repeats = [re.match(r"repeat (\d)/2: batched (\d+) tokens in ([\d.]+) s, one at a time (\d+) tokens in ([\d.]+) s", x)
                for x in lines if x.startswith("repeat")]
     assert [int(m.group(1)) for m in repeats] == [1, 2]
@@ -229,7 +229,7 @@ def test_embedded_model_episodes_through_transformers_serve(tmp_path):
     task = dom.tasks()[0]
     with serving(folder, tmp_path / "serve.log") as url:
         backend = make_backend({"spec": f"openai:{url}#{folder}", "tool_mode": "prompt"})
-        cfg = RolloutConfig(max_steps=4, seed=0, agent_params=SamplingParams(temperature=1.0, max_new_tokens=24),
+        cfg = RolloutConfig(max_messages=4, seed=0, agent_params=SamplingParams(temperature=1.0, max_new_tokens=24),
                             user_params=SamplingParams(temperature=1.0, max_new_tokens=24))
         trajs = run_episodes(dom, [task] * 2, backend, backend, cfg, progress=False)
         backend.close()

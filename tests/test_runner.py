@@ -460,12 +460,12 @@ def test_budgets_that_cannot_score_are_refused(tmp_path):
     """kit run --validate refuses an episode budget that cannot fit a dialogue that scores (issue: `make run`
     once had 2-message GRPO episodes and 4-message evaluations, so no episode could ever earn a reward)."""
     text = ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\n    params: {explore_steps: 1}\n"
-            "  - stage: grpo\n    params: {max_episode_steps: 6}\n"
-            "  - stage: evaluate\n    params: {split: heldout, max_steps: 8}\n")
+            "  - stage: grpo\n    params: {max_messages: 6}\n"
+            "  - stage: evaluate\n    params: {split: heldout, max_messages: 8}\n")
     with pytest.raises(RecipeError) as e:
         load_recipe(write(tmp_path, text))
     msg = str(e.value)
-    assert "max_episode_steps=6 is too tight for the engine's tasks" in msg and "(and 1 more problem" in msg
-    ok = text.replace("max_episode_steps: 6", "max_episode_steps: 13").replace("max_steps: 8", "max_steps: 11")
+    assert "max_messages=6 is too tight for the engine's tasks" in msg and "(and 1 more problem" in msg
+    ok = text.replace("max_messages: 6", "max_messages: 13").replace("max_messages: 8", "max_messages: 11")
     assert len(load_recipe(write(tmp_path, ok)).plan) == 3
     assert len(load_recipe(write(tmp_path, "check_budgets: false\n" + text)).plan) == 3  # plumbing tests only

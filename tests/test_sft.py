@@ -209,7 +209,7 @@ def test_sft_lowers_the_loss_and_saves_a_loadable_model(mock_samples, tokenizer,
                next(s for s in agent if "<tool_call>" not in s.completion)]
     out = tmp_path / "sft"
     cfg = SFTConfig(output_dir=str(out), lora=True, lora_r=8, lora_alpha=16, lr=2e-3, lr_scheduler="constant",
-                    max_steps=5, batch_size=2, max_seq_len=96, seed=0)
+                    train_steps=5, batch_size=2, max_seq_len=96, seed=0)
     m = run_sft(samples, cfg)
     losses = [loss for _, loss in m["loss_curve"]]
     print("sft losses", [round(x, 3) for x in losses], "wall", m["wall_time_s"], "s")

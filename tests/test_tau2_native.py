@@ -52,7 +52,7 @@ def server(tmp_path_factory):
 def test_episodes_through_tau2_orchestrator_then_resume(server, tmp_path):
     from tau2.data_model.simulation import SimulationRun, TerminationReason
 
-    res = evaluate_tau2_native("mock", _tasks(), server, server, trials=1, max_steps=4, seed=0,
+    res = evaluate_tau2_native("mock", _tasks(), server, server, trials=1, max_messages=4, seed=0,
                                out_dir=tmp_path, concurrency=2, max_tokens=32)
     assert res["protocol"] == "tau2-native" and res["episodes_run"] == 2 and res["tau2_version"]
     rows = {(r["task_id"], r["trial"]): r for r in res["episodes"]}
@@ -71,7 +71,7 @@ def test_episodes_through_tau2_orchestrator_then_resume(server, tmp_path):
     tasks_file = tmp_path / "tasks.json"
     tasks_file.write_text(json.dumps([t.model_dump(mode="json") for t in _tasks()]))
     again = evaluate(EvalConfig(domain="mock", model=server, user_model=server, tasks_file=str(tasks_file),
-                                trials=1, max_steps=4, seed=0, out_dir=str(tmp_path), protocol="tau2"))
+                                trials=1, max_messages=4, seed=0, out_dir=str(tmp_path), protocol="tau2"))
     assert isinstance(again, EvalResult) and again.meta["protocol"] == "tau2"
     assert again.meta["episodes_run"] == 0 and len((tmp_path / SIM_FILE).read_text().splitlines()) == 2
     assert {"task_id", "trial", "reward", "termination"} <= set(again.episodes.columns)

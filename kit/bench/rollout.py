@@ -60,7 +60,7 @@ def _cold(backend) -> None:
         backend.prefix_cache.clear()
 
 
-def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int = 8, max_steps: int = 8,
+def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int = 8, max_messages: int = 8,
                   max_new_tokens: int = 64, seed: int = 0, log: Callable[[str], None] | None = print,
                   continuous: bool = False, repeat: int = 1) -> RolloutBench:
     """Run the group batched, then one episode at a time, `repeat` times (the same seeds, so the
@@ -76,13 +76,13 @@ def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int
     dom = load_domain(domain)
     task = dom.tasks()[task_index]
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
-    cfg = RolloutConfig(max_steps=max_steps, seed=seed, agent_params=params, user_params=params, continuous=continuous)
+    cfg = RolloutConfig(max_messages=max_messages, seed=seed, agent_params=params, user_params=params, continuous=continuous)
     snapshot = (lambda: copy.copy(backend.stats)) if hasattr(getattr(backend, "stats", None), "summary") else (lambda: None)
     # warm-up, not timed: what either run would otherwise pay once (weights packed, kernels for each
     # batch shape chosen, templates compiled), here before both instead of inside the first one
     short = SamplingParams(temperature=1.0, max_new_tokens=8)
     run_episodes(dom, [task] * group, backend, backend,
-                 RolloutConfig(max_steps=2, seed=seed, agent_params=short, user_params=short), progress=False)
+                 RolloutConfig(max_messages=2, seed=seed, agent_params=short, user_params=short), progress=False)
     runs: list[RolloutBench] = []
     for r in range(repeat):
         _cold(backend)
@@ -96,7 +96,7 @@ def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int
         t0 = time.perf_counter()
         seq = []
         for i in range(group):
-            cfg_i = RolloutConfig(max_steps=max_steps, seed=seed + 1000 * i, agent_params=params, user_params=params)
+            cfg_i = RolloutConfig(max_messages=max_messages, seed=seed + 1000 * i, agent_params=params, user_params=params)
             seq += run_episodes(dom, [task], backend, backend, cfg_i, progress=False)
         ts = time.perf_counter() - t0
         nb, ns = _tokens(batched), _tokens(seq)

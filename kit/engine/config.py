@@ -28,8 +28,9 @@ class EngineConfig(BaseModel):
     concurrency: int = Field(default=8, ge=1, description="Units (plans) in flight at once with endpoint backends; "
                              "in-process hf models always run one unit at a time.")
     seed: int = 0
-    max_steps: int = Field(default=16, ge=2, description="Messages per rollout episode.")
-    max_new_tokens: int = Field(default=96, ge=8, description="Per agent/user turn in rollouts.")
+    max_messages: int = Field(default=16, ge=2, description="Messages per rollout episode.")
+    max_new_tokens: int = Field(default=96, ge=8, description="Most tokens per agent turn in rollouts.")
+    user_max_new_tokens: int = Field(default=96, ge=8, description="Most tokens per user turn in rollouts.")
     temperature: float = Field(default=0.8, ge=0.0, description="Rollout sampling temperature (agent and user).")
     explore_steps: int = Field(default=2, ge=0, description="Read calls the synthesizer makes before proposing.")
     max_repairs: int = Field(default=2, ge=0, description="Re-choices of a gold write that errors or changes nothing.")

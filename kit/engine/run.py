@@ -262,9 +262,9 @@ class Engine:
         cfg = self.cfg
         g = cfg.group_size
         rcfg = RolloutConfig(
-            max_steps=cfg.max_steps, seed=_seed(cfg.seed, unit, "rollout") % (1 << 30),
+            max_messages=cfg.max_messages, seed=_seed(cfg.seed, unit, "rollout") % (1 << 30),
             agent_params=SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens),
-            user_params=SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens))
+            user_params=SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.user_max_new_tokens))
         tasks = [rec.task for rec in accepted for _ in range(g)]
         trajs = run_episodes(self.domain, tasks, self.agent, self.user, rcfg, progress=self.progress)
         by_id = {rec.task.id: rec for rec in accepted}

@@ -25,7 +25,11 @@ class EvalConfig:
     """Agent sampling temperature (the paper evaluates at 0.6; tau2's papers often at 0)."""
     user_temperature: float = 0.0
     max_new_tokens: int = 192
-    max_steps: int = 50
+    """Most tokens per agent turn."""
+    user_max_new_tokens: int = 192
+    """Most tokens per user turn."""
+    max_messages: int = 50
+    """Messages per episode (tau2's max_steps)."""
     max_errors: int = 10
     seed: int = 0
     batch_size: int = 16

@@ -143,16 +143,16 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         tasks = tasks[: cfg.limit]
     if not tasks:
         raise ValueError(f"no tasks to evaluate in domain '{cfg.domain}' (split={cfg.split}, file={cfg.tasks_file})")
-    budget_warning = step_budget_warning(tasks, cfg.max_steps)
+    budget_warning = step_budget_warning(tasks, cfg.max_messages)
     if budget_warning:
         log.warning(budget_warning)
     leak, leak_warning = _check_leak(cfg, dom, tasks)  # before any backend: a leaking run loads no model
     agent = agent or make_backend(cfg.model)
     user = user or (agent if cfg.user_model == cfg.model else make_backend(cfg.user_model))
     rcfg = RolloutConfig(
-        max_steps=cfg.max_steps, max_errors=cfg.max_errors, seed=cfg.seed,
+        max_messages=cfg.max_messages, max_errors=cfg.max_errors, seed=cfg.seed,
         agent_params=SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens),
-        user_params=SamplingParams(temperature=cfg.user_temperature, max_new_tokens=cfg.max_new_tokens),
+        user_params=SamplingParams(temperature=cfg.user_temperature, max_new_tokens=cfg.user_max_new_tokens),
     )
     out = Path(cfg.out_dir) if cfg.out_dir else None
     traj_path = out / "trajectories.jsonl" if out else None

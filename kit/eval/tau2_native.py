@@ -79,7 +79,7 @@ def _load_done(path: Path) -> dict:
 
 
 def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_endpoint: str,
-                         trials: int = 1, max_steps: int = 100, temperature: float = 0.0,
+                         trials: int = 1, max_messages: int = 100, temperature: float = 0.0,
                          user_temperature: float = 0.0, seed: int = 300, out_dir=None,
                          max_errors: int = 10, concurrency: int = 4,
                          max_tokens: Optional[int] = None) -> dict:
@@ -109,7 +109,7 @@ def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_end
         try:
             sim = run_task(domain=domain, task=task, agent="llm_agent", user="user_simulator",
                            llm_agent=agent_llm, llm_args_agent=agent_args, llm_user=user_llm,
-                           llm_args_user=user_args, max_steps=max_steps, max_errors=max_errors,
+                           llm_args_user=user_args, max_steps=max_messages, max_errors=max_errors,
                            seed=seeds[k])
         except Exception as e:
             name = type(e).__name__
@@ -141,7 +141,7 @@ def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_end
             by_task[t.id].append(reward)
     return {"protocol": "tau2-native", "tau2_version": TAU2_VERSION, "domain": domain,
             "agent_model": agent_endpoint, "user_model": user_endpoint, "litellm_agent": agent_llm,
-            "litellm_user": user_llm, "trials": trials, "tasks": len(tasks), "max_steps": max_steps,
+            "litellm_user": user_llm, "trials": trials, "tasks": len(tasks), "max_messages": max_messages,
             "temperature": temperature, "user_temperature": user_temperature, "seed": seed,
             "episodes_run": len(todo), "wall_s": round(wall, 1), "episodes": rows,
             "passk": pass_k_table(by_task, max_k=min(4, trials)),
@@ -162,7 +162,7 @@ def evaluate_config(cfg, agent=None, user=None):
                          "pass endpoints as cfg.model / cfg.user_model ('openai:URL#MODEL'), not backends")
     tasks = load_tasks_file(cfg.tasks_file) if cfg.tasks_file else load_domain(cfg.domain).tasks(cfg.split)
     tasks = tasks[: cfg.limit] if cfg.limit else tasks
-    out = evaluate_tau2_native(cfg.domain, tasks, cfg.model, cfg.user_model, cfg.trials, cfg.max_steps,
+    out = evaluate_tau2_native(cfg.domain, tasks, cfg.model, cfg.user_model, cfg.trials, cfg.max_messages,
                                cfg.temperature, cfg.user_temperature, cfg.seed, cfg.out_dir,
                                max_errors=cfg.max_errors, concurrency=cfg.batch_size)
     df = pd.DataFrame(out.pop("episodes"))

@@ -14,7 +14,7 @@ Termination, as tau2 records it:
                    (meta.stop_signal says which), or the agent transferred the user with
                    transfer_to_human_agents (stop_signal "transfer": what tau2's user
                    simulator is told to answer, decided here by code)
-  max_steps        `max_steps` messages were exchanged
+  max_steps        `max_messages` messages were exchanged
   too_many_errors  `max_errors` failed or unparseable tool calls
 An unparseable tool call is an error the agent is shown (a feedback message it sees next
 turn), counted, and the episode goes on.
@@ -52,17 +52,17 @@ def min_episode_steps(task) -> int:
     return 3 + 2 * len(actions)
 
 
-def step_budget_warning(tasks: list, max_steps: int, what: str = "max_steps") -> Optional[str]:
-    """A loud sentence when `max_steps` leaves fewer than STEP_SLACK spare messages beyond a perfect
+def step_budget_warning(tasks: list, max_messages: int, what: str = "max_messages") -> Optional[str]:
+    """A loud sentence when `max_messages` leaves fewer than STEP_SLACK spare messages beyond a perfect
     dialogue for some tasks: their episodes end at max_steps, which scores 0 (tau2's rule), so a
     reward of 0 would say nothing about the agent. None when the budget is fine."""
     need = [min_episode_steps(t) for t in tasks]
-    short = [n for n in need if max_steps < n + STEP_SLACK]
+    short = [n for n in need if max_messages < n + STEP_SLACK]
     if not short:
         return None
-    impossible = sum(n > max_steps for n in need)
+    impossible = sum(n > max_messages for n in need)
     span = f"{min(short)}" if min(short) == max(short) else f"{min(short)}-{max(short)}"
-    return (f"{what}={max_steps} is too tight for {len(short)} of {len(need)} tasks: a perfect dialogue needs "
+    return (f"{what}={max_messages} is too tight for {len(short)} of {len(need)} tasks: a perfect dialogue needs "
             f"{span} messages and {STEP_SLACK} spare ones are advised"
             + (f"; {impossible} cannot end before max_steps at all" if impossible else "")
             + ". Episodes cut by max_steps score 0: raise it (tau2 uses 100).")
@@ -72,8 +72,9 @@ def step_budget_warning(tasks: list, max_steps: int, what: str = "max_steps") ->
 class RolloutConfig:
     """How episodes run. Field defaults suit the embedded CPU model."""
 
-    max_steps: int = 30
-    """Messages (agent, user and tool) before the episode ends with max_steps (tau2: 100)."""
+    max_messages: int = 30
+    """Messages (agent, user and tool) before the episode ends with termination max_steps (tau2's
+    max_steps: 100)."""
     max_errors: int = 10
     """Failed or unparseable tool calls before too_many_errors (tau2: 10)."""
     agent_params: SamplingParams = field(default_factory=lambda: SamplingParams(temperature=1.0, max_new_tokens=192))
@@ -230,7 +231,7 @@ def run_episodes(
             finish(ep)
         elif ep.errors >= cfg.max_errors:
             finish(ep, "too_many_errors")
-        elif ep.steps >= cfg.max_steps:
+        elif ep.steps >= cfg.max_messages:
             finish(ep, "max_steps")
 
     for ep in eps:  # a history that already ends the episode

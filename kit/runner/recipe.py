@@ -251,7 +251,7 @@ def _expand_env(value: Any, loc: tuple, errors: _Errors) -> Any:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """'stages.grpo.steps=4' or 'domain=airline' -> (path, YAML-parsed value)."""
+    """'stages.grpo.train_steps=4' or 'domain=airline' -> (path, YAML-parsed value)."""
     if "=" not in text:
         raise ValueError(f"--set wants KEY=VALUE, got '{text}'")
     key, _, val = text.partition("=")
@@ -507,10 +507,10 @@ def _budget_problem(ps: PlannedStage, plan: list[PlannedStage]) -> Optional[tupl
                 tasks = load_domain(p["domain"]).tasks(p.get("split"))
             except Exception:  # an unknown split is reported where the stage runs
                 return None
-        why = step_budget_warning(tasks, p["max_steps"])
-        return ("max_steps", why) if why else None
-    field_, budget = {"grpo": ("max_episode_steps", p.get("max_episode_steps")),
-                      "synthesize": ("max_steps", p.get("max_steps") if p.get("group_size") else None)}.get(ps.stage,
+        why = step_budget_warning(tasks, p["max_messages"])
+        return ("max_messages", why) if why else None
+    field_, budget = {"grpo": ("max_messages", p.get("max_messages")),
+                      "synthesize": ("max_messages", p.get("max_messages") if p.get("group_size") else None)}.get(ps.stage,
                                                                                                          (None, None))
     if budget is None:
         return None

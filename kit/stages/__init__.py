@@ -3,7 +3,7 @@ recipe, the stage notebook and the `kit` command set), its `Outputs` (what stage
 the report reads) and `run(config, stage) -> Outputs` (all of its logic).
 
     from kit.stages import grpo
-    out = grpo.run(grpo.Config(domain="mock", steps=2), stage)   # stage: kit.runner.stage.Stage
+    out = grpo.run(grpo.Config(domain="mock", train_steps=2), stage)   # stage: kit.runner.stage.Stage
 
 The notebooks in notebooks/ are thin drivers of these functions. This package imports no stage
 module by itself: a stage's code fingerprint (kit/runner/codehash.py) covers the modules its

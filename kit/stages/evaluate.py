@@ -44,9 +44,10 @@ class Config(ModelStageConfig):
     trials: int = _eval("trials", "Episodes per task (pass^k needs k <= trials).", ge=1)
     temperature: float = _eval("temperature", "Agent sampling temperature.", ge=0)
     user_temperature: float = _eval("user_temperature", "User simulator sampling temperature.", ge=0)
-    max_steps: int = Field(default=50, ge=2, description="Messages per episode (the paper: up to 50 orchestrator "
-                           "steps; tau2: 100).")
-    max_new_tokens: int = _eval("max_new_tokens", "Most tokens per agent or user turn.", ge=1)
+    max_messages: int = _eval("max_messages", "Messages per episode (the paper: up to 50 orchestrator steps; tau2: 100).",
+                              ge=2)
+    max_new_tokens: int = _eval("max_new_tokens", "Most tokens per agent turn.", ge=1)
+    user_max_new_tokens: int = _eval("user_max_new_tokens", "Most tokens per user turn.", ge=1)
     max_errors: int = _eval("max_errors", "Failed tool calls before too_many_errors termination.", ge=1)
     batch_size: int = _eval("batch_size", "Episodes advanced together (one batched forward pass per turn).", ge=1)
     limit: Optional[int] = _eval("limit", "First N tasks only.", ge=1)

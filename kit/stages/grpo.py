@@ -44,7 +44,7 @@ class Config(ModelStageConfig):
                                  "checked tasks, or 'split:<name>'. None: the latest synthesize stage.")
     fallback_split: Optional[str] = Field(default="train", description="No synthesized tasks: train on this "
                                           "split of the domain (said loudly); the default set when it lacks it.")
-    steps: int = Field(default=10, ge=0, description="Optimizer steps (GRPOConfig.max_steps).")
+    train_steps: int = _grpo("train_steps", "Optimizer steps.", ge=0)
     group_size: int = _grpo("group_size", "G: episodes per task, the group advantages are normalised in.", ge=2)
     tasks_per_step: int = _grpo("tasks_per_step", "B: groups kept per optimizer step.", ge=1)
     lr: float = _grpo("lr", "AdamW learning rate, constant.", gt=0)
@@ -60,7 +60,7 @@ class Config(ModelStageConfig):
     top_p: float = _grpo("top_p", "Rollout nucleus sampling.", gt=0, le=1)
     top_k: int = _grpo("top_k", "Rollout top-k (0: none).", ge=0)
     max_new_tokens: int = _grpo("max_new_tokens", "Most tokens per assistant turn.", ge=1)
-    max_episode_steps: int = _grpo("max_episode_steps", "Messages per episode before termination.", ge=2)
+    max_messages: int = _grpo("max_messages", "Messages per episode before termination.", ge=2)
     max_errors: int = _grpo("max_errors", "Failed tool calls before too_many_errors termination.", ge=1)
     max_seq_tokens: Optional[int] = _grpo("max_seq_tokens", "Longer rows are left out of the update.", ge=16)
     loss_norm: Literal["token", "sequence"] = _grpo("loss_norm", "'token': over the batch's tokens (paper).")
@@ -147,7 +147,7 @@ def run(config: Config, st) -> Outputs:
     tokenizer = AutoTokenizer.from_pretrained(policy_dir, local_files_only=True)
     print(f"policy: {policy_dir}\nuser simulator ({tag}): {user_spec}")
 
-    cfg = GRPOConfig(**mechanism_kwargs(config, GRPOConfig, max_steps=config.steps, user_model=user_spec,
+    cfg = GRPOConfig(**mechanism_kwargs(config, GRPOConfig, user_model=user_spec,
                                         user_tag=tag, print_metrics=False))
     trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn)
     if trainer.step_budget_warning:
@@ -166,6 +166,6 @@ def run(config: Config, st) -> Outputs:
     history = trainer.train(on_step=on_step)
     trainer.save(st.out_dir / "model")
     return Outputs(files={"model": str(st.out_dir / "model"), "metrics": str(metrics_file)},
-                   steps=config.steps, tasks=len(task_list), task_source=task_source, user_tag=tag,
+                   steps=config.train_steps, tasks=len(task_list), task_source=task_source, user_tag=tag,
                    reward_first=history[0]["reward/mean"] if history else None,
                    reward_last=history[-1]["reward/mean"] if history else None)

@@ -54,8 +54,8 @@ class Config(ModelStageConfig):
     lr: float = _sft("lr", "Peak AdamW learning rate (full ~1e-5..2e-5, LoRA ~1e-4..2e-4).", gt=0)
     lr_scheduler: str = _sft("lr_scheduler", "transformers scheduler: linear, cosine, constant, ...")
     warmup_steps: int = _sft("warmup_steps", "Linear warm-up steps.", ge=0)
-    epochs: float = _sft("epochs", "Passes over the data (ignored when max_steps > 0).", gt=0)
-    max_steps: int = _sft("max_steps", "Optimizer steps; > 0 overrides epochs.")
+    epochs: float = _sft("epochs", "Passes over the data (ignored when train_steps > 0).", gt=0)
+    train_steps: int = _sft("train_steps", "Optimizer steps; > 0 overrides epochs.")
     batch_size: int = _sft("batch_size", "Sequences per device per forward pass.", ge=1)
     grad_accum: int = _sft("grad_accum", "Forward passes per optimizer step.", ge=1)
     max_seq_len: int = _sft("max_seq_len", "Longest training sequence in tokens (prompts cut from the left).",

@@ -117,7 +117,7 @@ class GRPOTrainer:
         self.rollout_fn = rollout_fn
         # the kit's own rollouts: warn when the episode budget cannot fit a dialogue that scores
         self.step_budget_warning = None if rollout_fn is not None else step_budget_warning(
-            self.tasks, self.cfg.max_episode_steps, "max_episode_steps")
+            self.tasks, self.cfg.max_messages, "max_messages")
         if self.step_budget_warning:
             log.warning(self.step_budget_warning)
         if reward_fn is None:
@@ -155,7 +155,7 @@ class GRPOTrainer:
 
         c = self.cfg
         rc = RolloutConfig(
-            max_steps=c.max_episode_steps, max_errors=c.max_errors, seed=seed, templates_dir=c.templates_dir,
+            max_messages=c.max_messages, max_errors=c.max_errors, seed=seed, templates_dir=c.templates_dir,
             agent_params=SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
                                         max_new_tokens=c.max_new_tokens),
             user_params=SamplingParams(temperature=c.user_temperature, max_new_tokens=c.user_max_new_tokens),
@@ -319,10 +319,10 @@ class GRPOTrainer:
         return m
 
     def train(self, steps: int | None = None, on_step: Callable[[dict], None] | None = None) -> list[dict]:
-        """Run `steps` (default config.max_steps) steps; one metrics dict each, also handed to
+        """Run `steps` (default config.train_steps) steps; one metrics dict each, also handed to
         `on_step` as soon as the step ends (a metrics file, a progress line)."""
         history = []
-        for _ in range(steps if steps is not None else self.cfg.max_steps):
+        for _ in range(steps if steps is not None else self.cfg.train_steps):
             history.append(self.step())
             if on_step is not None:
                 on_step(history[-1])

@@ -30,7 +30,7 @@ class GRPOConfig:
     """Optimizer steps per batch (PPO minibatches); > 1 computes old log-probs once up front."""
     micro_batch_size: int = 4
     """Rows per forward/backward; gradients accumulate over a minibatch's micro-batches."""
-    max_steps: int = 100
+    train_steps: int = 100
     """Training steps `train()` runs."""
     temperature: float = 1.0
     """Rollout sampling temperature (paper: 1.0; evaluation uses 0.6)."""
@@ -41,8 +41,8 @@ class GRPOConfig:
     sample from it too (a top-k cut would make them off-policy)."""
     max_new_tokens: int = 192
     """Most tokens per assistant turn."""
-    max_episode_steps: int = 30
-    """Messages per episode before max_steps termination (paper: up to 50 orchestrator steps)."""
+    max_messages: int = 30
+    """Messages per episode before termination max_steps (paper: up to 50 orchestrator steps)."""
     max_errors: int = 10
     """Failed tool calls before too_many_errors termination."""
     max_seq_tokens: int | None = None

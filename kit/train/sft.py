@@ -69,8 +69,8 @@ class SFTConfig:
     warmup_steps: int = 0
     """Linear warm-up steps."""
     epochs: float = 1.0
-    """Passes over the data (ignored when max_steps > 0)."""
-    max_steps: int = -1
+    """Passes over the data (ignored when train_steps > 0)."""
+    train_steps: int = -1
     """Optimizer steps to run; > 0 overrides `epochs`."""
     batch_size: int = 4
     """Sequences per device per forward pass."""
@@ -307,7 +307,7 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig) -> tuple[Any, dict]:
         lr_scheduler_type=config.lr_scheduler,
         warmup_steps=config.warmup_steps,
         num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
+        max_steps=config.train_steps,
         per_device_train_batch_size=config.batch_size,
         gradient_accumulation_steps=config.grad_accum,
         **{ckpt: config.gradient_checkpointing},
