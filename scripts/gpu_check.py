@@ -130,7 +130,8 @@ def main() -> int:
         from kit.eval import EvalConfig, evaluate
 
         cfg = EvalConfig(domain="mock", model=model, user_model="embedded", split="default", trials=args.trials,
-                         temperature=0.6, user_temperature=1.0, max_messages=args.max_messages, max_new_tokens=64, user_max_new_tokens=64,
+                         temperature=0.6, user_temperature=1.0, max_messages=args.max_messages,
+                         max_new_tokens=64, user_max_new_tokens=64,
                          seed=0, batch_size=36, limit=args.limit, cross_check=True, out_dir=str(out / f"eval_{label}"))
         res = evaluate(cfg)
         print(res.summary_line())
