@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 
+from kit import metrics as M
 from kit.stages import config_class as _config
 from kit.stages.base import add_config_arguments, config_from_args
 
@@ -138,9 +139,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print("pass^k:", {k: round(v, 4) for k, v in res.passk.items()})
     m = res.meta
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    print(f"protocol {m.get('protocol', 'kit')}; pass^1 95% CI {m.get('pass1_ci95')}; "
-          f"user: request stated {fmt(m.get('request_stated_rate'))}, proper end {fmt(m.get('proper_end_rate'))}, "
-          f"deviation rate {fmt(m.get('user_deviation_rate'))}  "
+    print(f"protocol {m.get('protocol', 'kit')}; pass^1 95% CI {m.get(M.PASS1_CI95)}; "
+          f"user: request stated {fmt(m.get(M.REQUEST_STATED_RATE))}, proper end {fmt(m.get(M.PROPER_END_RATE))}, "
+          f"deviation rate {fmt(m.get(M.USER_DEVIATION_RATE))}  "
           f"(model={out.model}, user={out.user_model}, T={config.temperature}, tau2 {m.get('tau2_version')})")
     if config.cross_check:
         print(f"tau2 agreement: {100 * res.meta.get('tau2_agreement', 0):.1f}%")
@@ -161,7 +162,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     st.finish(out)
     import pandas as pd
 
-    cols = ["round", "proposals", "accepted", "acceptance_rate", "episodes", "pass_rate", "diversity"]
+    cols = ["round", "proposals", "accepted", "acceptance_rate", "episodes", M.PASS_RATE, "diversity"]
     for row in pd.read_csv(out.files["rounds"]).to_dict("records"):
         print("  ".join(f"{c}={row[c]}" for c in cols))
     return 0

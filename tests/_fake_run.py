@@ -52,7 +52,7 @@ def fake_run(root: Path, arms: bool = False) -> Path:
         entries.append(e)
     d, e = _stage(run, "grpo", "grpo", summary={"user_tag": "fine-tuned", "task_source": "engine"})
     (d / "metrics.jsonl").write_text("".join(json.dumps(
-        {"step": i, "reward/mean": r, "groups/filtered_frac": f, "skipped": 0, "user/deviation_rate": 0.1}) + "\n"
+        {"step": i, "reward/mean": r, "groups/filtered_frac": f, "skipped": 0, "user_deviation_rate": 0.1}) + "\n"
         for i, (r, f) in enumerate([(0.1, 0.5), (0.2, 0.25), (0.35, 0.0)])))
     entries.append(e)
     spec = {"name": "fake", "description": "a hand-written run for the report tests", "arms": []}

@@ -3,6 +3,10 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two pytest-xdist workers on a 2-core machine: one OpenMP thread each (and in
+    # every subprocess they start), or spinning threads oversubscribe the cores (measured 10x slower).
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 import sys
 from pathlib import Path

@@ -160,11 +160,12 @@ def test_engine_config_names_the_bad_field(tmp_path):
 def mock_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("engine") / "mock"
     cfg = EngineConfig(domain="mock", out_dir=str(out), rounds=2, num_plans=2, tasks_per_plan=1, group_size=1,
-                       max_messages=4, max_new_tokens=32, llm_judge=False, wandb=False, seed=1)
+                       max_messages=4, max_new_tokens=32, user_max_new_tokens=32, llm_judge=False, wandb=False, seed=1)
     return cfg, run_engine(cfg, progress=False)
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("engine_mock_run")  # one worker builds the shared run
 def test_engine_run_writes_every_output_and_accepted_tasks_replay_to_reward_1(mock_run):
     cfg, res = mock_run
     out = Path(cfg.out_dir)
@@ -192,6 +193,7 @@ def test_engine_run_writes_every_output_and_accepted_tasks_replay_to_reward_1(mo
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("engine_mock_run")  # one worker builds the shared run
 def test_engine_rerun_of_a_complete_run_does_nothing(mock_run):
     cfg, res = mock_run
     before = {p: p.read_bytes() for p in Path(cfg.out_dir).glob("*.jsonl")}
@@ -233,7 +235,8 @@ def test_a_custom_domain_runs_through_the_same_engine(tmp_path):
 
     register()
     cfg = EngineConfig(domain="library", out_dir=str(tmp_path / "library"), rounds=1, num_plans=2, tasks_per_plan=2,
-                       group_size=1, max_messages=4, max_new_tokens=32, llm_judge=False, wandb=False, seed=0)
+                       group_size=1, max_messages=4, max_new_tokens=32, user_max_new_tokens=32, llm_judge=False, wandb=False,
+                       seed=0)
     res = run_engine(cfg, progress=False)
     props = read_jsonl(Path(cfg.out_dir) / "proposals.jsonl")
     assert len(props) == 4 and any(p["task_id"] for p in props), [p["failure"] for p in props]
@@ -255,7 +258,7 @@ def test_engine_through_an_openai_endpoint_runs_units_concurrently(tmp_path):
     with serving(folder, tmp_path / "serve.log") as url:
         spec = {"spec": f"openai:{url}#{folder}", "tool_mode": "prompt"}
         cfg = EngineConfig(domain="mock", out_dir=str(tmp_path / "endpoint"), rounds=1, num_plans=2, tasks_per_plan=1,
-                           group_size=1, max_messages=4, max_new_tokens=24, llm_judge=False, wandb=False, seed=0,
+                           group_size=1, max_messages=4, max_new_tokens=24, user_max_new_tokens=24, llm_judge=False, wandb=False, seed=0,
                            model=spec, concurrency=2, sft_tokenizer=folder)
         res = run_engine(cfg, progress=False)
     units = read_jsonl(Path(cfg.out_dir) / "units.jsonl")

@@ -176,7 +176,7 @@ def test_multi_turn_smoke_on_the_mock_domain_one_optimizer_step_and_metrics(toke
     assert all(s["step"] == 1 for s in tr.opt.state.values())  # AdamW stepped every parameter once
     assert m["train/rows"] == m["episode/turns_mean"] * 2 >= 2 and m["train/unmatched_turns"] == 0
     for key in ("reward/mean", "reward/std", "pass_rate", "groups/filtered_frac", "groups/resamples",
-                "episode/tokens_mean", "user/deviation_rate", "clip_frac", "lr", "time/step_s"):
+                "episode/tokens_mean", "user_deviation_rate", "clip_frac", "lr", "time/step_s"):
         assert key in m and math.isfinite(m[key]), key
     assert sum(v for k, v in m.items() if k.startswith("termination/")) == pytest.approx(1.0)
     assert m["reward/mean"] in (0.0, 0.5, 1.0)

@@ -22,6 +22,9 @@ FEW_SHOT = [
     {"role": "user", "content": "What is the weather in London?"},
 ]
 
+# one `transformers serve` per module fixture: keep the module on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("openai_server")
+
 
 def test_dead_endpoint_raises_after_bounded_retries():
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there

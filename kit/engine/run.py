@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 from tqdm import tqdm
 
+from kit import metrics as M
 from kit._tau2 import TAU2_VERSION
 from kit.checkers.checker import CheckedTask, Checker, judge
 from kit.checkers.attribution import attribute
@@ -53,8 +54,8 @@ ROUND_COLUMNS = [
     "round", "plans", "proposals", "built", "accepted", "acceptance_rate", "repaired",
     "reject_synthesis", "reject_gold_runs", "reject_changes_state", "reject_grounded_args", "reject_held_out", "reject_policy",
     "reject_gold_reward", "reject_checker_strength", "reject_llm_judge", "fidelity_templated",
-    "episodes", "pass_rate", "failures_task", "failures_agent", "failures_user", "failures_undetermined",
-    "user_deviation_rate", "diversity", "sft_agent", "sft_user", "sft_ungrounded", "choice_fallbacks", "wall_s",
+    "episodes", M.PASS_RATE, "failures_task", "failures_agent", "failures_user", "failures_undetermined",
+    M.USER_DEVIATION_RATE, "diversity", "sft_agent", "sft_user", "sft_ungrounded", "choice_fallbacks", "wall_s",
 ]
 
 
@@ -176,7 +177,7 @@ class Engine:
             self._wandb = wandb.init(project=self.cfg.wandb_project, group=self.cfg.wandb_group or self.out.name,
                                      job_type="synthesize", dir=str(self.out), config=self.cfg.model_dump(),
                                      reinit="finish_previous", name=f"synthesize-{self.out.name}")
-        self._wandb.log({f"engine/{k}": v for k, v in row.items() if isinstance(v, (int, float))}, step=row["round"])
+        self._wandb.log(M.wandb_keys("engine", row), step=row["round"])
 
     # ----- plans ------------------------------------------------------------------------------
 
@@ -326,9 +327,9 @@ class Engine:
             "repaired": sum(bool(p["repairs"]) for p in props),
             **{f"reject_{k}": rej.get(k, 0) for k in ("synthesis", "gold_runs", "changes_state", "grounded_args",
                                                        "held_out", "policy", "gold_reward", "checker_strength", "llm_judge")},
-            "episodes": len(trajs), "pass_rate": round(sum(rewards) / len(rewards), 4) if rewards else None,
+            "episodes": len(trajs), M.PASS_RATE: round(sum(rewards) / len(rewards), 4) if rewards else None,
             **{f"failures_{k}": labels.get(k, 0) for k in ("task", "agent", "user", "undetermined")},
-            "user_deviation_rate": (round(sum(bool(t["meta"].get("user_deviations")) for t in trajs) / len(trajs), 4)
+            M.USER_DEVIATION_RATE: (round(sum(bool(t["meta"].get("user_deviations")) for t in trajs) / len(trajs), 4)
                                     if trajs else None),
             "diversity": round(diversity(plans), 4),
             "sft_agent": sum(u["sft_agent"] for u in units), "sft_user": sum(u["sft_user"] for u in units),

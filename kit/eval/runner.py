@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from kit import metrics as M
 from kit._tau2 import TAU2_VERSION
 from kit.envs import load_domain
 from kit.eval.config import EvalConfig
@@ -200,10 +201,10 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         "user_temperature": cfg.user_temperature, "trials": cfg.trials, "tasks": len(tasks),
         "tau2_version": TAU2_VERSION, "domain": cfg.domain, "split": cfg.split, "tasks_file": cfg.tasks_file,
         "wall_s": round(time.perf_counter() - t0, 1),
-        "user_deviation_rate": float((df["user_deviations"] > 0).mean()) if len(df) else None,
-        "request_stated_rate": _rate(df["request_stated"]) if len(df) else None,
-        "proper_end_rate": _rate(df["proper_end"]) if len(df) else None,
-        "pass1_ci95": list(pass1_ci({k: v for k, v in by_task.items() if v})) if len(df) else None,
+        M.USER_DEVIATION_RATE: float((df["user_deviations"] > 0).mean()) if len(df) else None,
+        M.REQUEST_STATED_RATE: _rate(df["request_stated"]) if len(df) else None,
+        M.PROPER_END_RATE: _rate(df["proper_end"]) if len(df) else None,
+        M.PASS1_CI95: list(pass1_ci({k: v for k, v in by_task.items() if v})) if len(df) else None,
         "leak": leak,
         "warnings": [w for w in (budget_warning, leak_warning) if w],
     }

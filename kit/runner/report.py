@@ -29,6 +29,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from kit import metrics as M
 from kit.runner import paper
 from kit.runner.manifest import read_json, write_json
 
@@ -216,10 +217,10 @@ def fig_grpo(runs: list[dict], path: Path) -> Path:
     ax1, ax2 = fig.subplots(1, 2)
     for r in runs:
         h = r["history"]
-        if "reward/mean" in h:
-            ax1.plot(h["step"], h["reward/mean"], "o-", label=r["key"])
-        if "groups/filtered_frac" in h:
-            ax2.plot(h["step"], h["groups/filtered_frac"], "o-", label=r["key"])
+        if M.REWARD_MEAN in h:
+            ax1.plot(h["step"], h[M.REWARD_MEAN], "o-", label=r["key"])
+        if M.FILTERED_FRAC in h:
+            ax2.plot(h["step"], h[M.FILTERED_FRAC], "o-", label=r["key"])
     steps = [v for r in runs for v in (r["history"]["step"] if "step" in r["history"] else [])]
     _int_ticks(ax1, steps)
     _int_ticks(ax2, steps)
@@ -288,8 +289,9 @@ def protocol_columns(meta: dict) -> dict:
     user's first message stated the request, how often episodes ended by a stop, train/test overlap."""
     leak = meta.get("leak") or {}
     return {"protocol": meta.get("protocol", "kit"), "tasks": meta.get("split") or meta.get("tasks_file"),
-            "pass^1 95% CI": _ci_text(meta.get("pass1_ci95")), "request stated": meta.get("request_stated_rate"),
-            "proper end": meta.get("proper_end_rate"),
+            M.label(M.PASS1_CI95): _ci_text(meta.get(M.PASS1_CI95)),
+            M.label(M.REQUEST_STATED_RATE): meta.get(M.REQUEST_STATED_RATE),
+            M.label(M.PROPER_END_RATE): meta.get(M.PROPER_END_RATE),
             "train/test overlap": (f"{leak.get('n_overlap')}/{leak.get('n_tasks')}" if leak else None)}
 
 
@@ -305,7 +307,7 @@ def eval_table(evals: list[dict], n_boot: int, ci: float) -> pd.DataFrame:
             if k > 1:
                 row[f"pass^{k}"] = pk[k]
         row.update(protocol_columns(meta))
-        row.update({"user deviation rate": meta.get("user_deviation_rate"), "agent": meta.get("model"),
+        row.update({M.label(M.USER_DEVIATION_RATE): meta.get(M.USER_DEVIATION_RATE), "agent": meta.get("model"),
                     "user simulator": meta.get("user_model"), "T": meta.get("temperature"),
                     "tau2": meta.get("tau2_version")})
         rows.append(row)
@@ -430,7 +432,7 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
             p1, lo, hi = bootstrap_pass1(ev["episodes"], bootstrap, ci)
             rows.append({"arm": arm.get("label") or arm["name"], "ours pass^1 (%)": 100 * p1, "ci low (%)": 100 * lo,
                          "ci high (%)": 100 * hi, "tasks": ev["meta"].get("tasks"), "trials": ev["meta"].get("trials"),
-                         "user deviation rate": ev["meta"].get("user_deviation_rate"), **protocol_columns(ev["meta"]),
+                         M.label(M.USER_DEVIATION_RATE): ev["meta"].get(M.USER_DEVIATION_RATE), **protocol_columns(ev["meta"]),
                          "paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper")})
         df = pd.DataFrame(rows)
         ab.text(f"Ours: pass^1 of each arm's last evaluation, with a {int(ci * 100)}% percentile bootstrap interval "
@@ -490,7 +492,7 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
         for r in data["engine"]:
             df = r["rounds"]
             cols = [c for c in ["round", "plans", "proposals", "built", "accepted", "acceptance_rate", "episodes",
-                                "pass_rate", *FAILURE_COLUMNS, "user_deviation_rate", "diversity", "repaired",
+                                M.PASS_RATE, *FAILURE_COLUMNS, M.USER_DEVIATION_RATE, "diversity", "repaired",
                                 "fidelity_templated", "sft_agent", "sft_user", "sft_ungrounded", "wall_s"]
                     if c in df.columns]
             en.text(f"<b>{html.escape(r['key'])}</b>")
@@ -526,11 +528,12 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
             h, s = r["history"], r["summary"]
             rows.append({"stage": r["key"], "steps": len(h), "user simulator": s.get("user_tag"),
                          "tasks from": s.get("task_source"),
-                         "reward first": h["reward/mean"].iloc[0] if "reward/mean" in h and len(h) else None,
-                         "reward last": h["reward/mean"].iloc[-1] if "reward/mean" in h and len(h) else None,
-                         "filtered frac (mean)": h["groups/filtered_frac"].mean() if "groups/filtered_frac" in h else None,
+                         "reward first": h[M.REWARD_MEAN].iloc[0] if M.REWARD_MEAN in h and len(h) else None,
+                         "reward last": h[M.REWARD_MEAN].iloc[-1] if M.REWARD_MEAN in h and len(h) else None,
+                         "filtered frac (mean)": h[M.FILTERED_FRAC].mean() if M.FILTERED_FRAC in h else None,
                          "skipped steps": int(h["skipped"].sum()) if "skipped" in h else None,
-                         "user deviation rate": h["user/deviation_rate"].mean() if "user/deviation_rate" in h else None})
+                         M.label(M.USER_DEVIATION_RATE): (h[M.USER_DEVIATION_RATE].mean()
+                                                          if M.USER_DEVIATION_RATE in h else None)})
         gr.text("Per step: mean checker reward over every rollout drawn (kept or filtered), and the fraction of "
                 "groups dynamic filtering dropped (all rewards equal: no learning signal).")
         gr.table(pd.DataFrame(rows))

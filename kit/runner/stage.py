@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
+from kit import metrics
 from kit.runner.manifest import now, write_json
 from kit.stages import config_class
 from kit.stages.base import StageOutputs
@@ -85,11 +86,11 @@ class Stage:
             self._wandb = None
         return self._wandb
 
-    def log(self, data: dict, step: Optional[int] = None) -> None:
+    def log(self, section: str, data: dict, step: Optional[int] = None) -> None:
+        """Log the numbers of `data` to this stage's W&B run as `<section>/<metric name>` (kit.metrics)."""
         run = self.wandb()
         if run is not None:
-            run.log({k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
-                    step=step)
+            run.log(metrics.wandb_keys(section, data), step=step)
 
     # -- the end -----------------------------------------------------------------------------
     def finish(self, outputs: Any = None, summary: Optional[dict] = None) -> None:

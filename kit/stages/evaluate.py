@@ -22,6 +22,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
+from kit import metrics as M
 from kit.eval.config import EvalConfig
 from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_default, mechanism_kwargs
 
@@ -99,14 +100,14 @@ def run(config: Config, st):
     for w in res.meta.get("warnings") or []:
         st.warn(w)
     print(res.summary_line())
-    st.log({f"eval/pass^{k}": v for k, v in res.passk.items()}
-           | {"eval/user_deviation_rate": res.meta["user_deviation_rate"] or 0.0}
-           | {f"eval/{k}": res.meta[k] for k in ("request_stated_rate", "proper_end_rate") if res.meta.get(k) is not None})
+    st.log("eval", {M.pass_k(k): v for k, v in res.passk.items()}
+           | {k: res.meta[k] for k in (M.USER_DEVIATION_RATE, M.REQUEST_STATED_RATE, M.PROPER_END_RATE)
+              if res.meta.get(k) is not None})
     _, lo, hi = bootstrap_pass1(res.episodes)
     out = Outputs(files={"eval": str(st.out_dir / "eval.json"), "episodes": str(st.out_dir / "episodes.csv")},
                   label=config.label or st.key, passk={str(k): v for k, v in res.passk.items()}, ci95=[lo, hi],
                   model=agent_spec, user_model=user_spec, tasks=res.meta["tasks"], trials=config.trials,
-                  user_deviation_rate=res.meta["user_deviation_rate"], pass1_ci95=res.meta.get("pass1_ci95"),
-                  request_stated_rate=res.meta.get("request_stated_rate"),
-                  proper_end_rate=res.meta.get("proper_end_rate"), leak=res.meta.get("leak"))
+                  user_deviation_rate=res.meta[M.USER_DEVIATION_RATE], pass1_ci95=res.meta.get(M.PASS1_CI95),
+                  request_stated_rate=res.meta.get(M.REQUEST_STATED_RATE),
+                  proper_end_rate=res.meta.get(M.PROPER_END_RATE), leak=res.meta.get("leak"))
     return out, res

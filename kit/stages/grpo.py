@@ -23,6 +23,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
+from kit import metrics as M
 from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_default, mechanism_kwargs
 from kit.train.grpo_config import GRPOConfig
 
@@ -72,8 +73,8 @@ class Config(ModelStageConfig):
 
 
 # the per-step metrics the notebook shows (metrics.jsonl has them all)
-SHOWN = ("step", "reward/mean", "pass_rate", "groups/filtered_frac", "groups/kept", "loss", "clip_frac",
-         "user/deviation_rate", "skip_reason", "time/step_s")
+SHOWN = ("step", M.REWARD_MEAN, M.PASS_RATE, M.FILTERED_FRAC, M.GROUPS_KEPT, M.LOSS, M.CLIP_FRAC,
+         M.USER_DEVIATION_RATE, "skip_reason", M.STEP_TIME)
 
 
 class Outputs(StageOutputs):
@@ -156,16 +157,16 @@ def run(config: Config, st) -> Outputs:
     metrics_file.write_text("")
 
     def on_step(m: dict) -> None:
-        st.log({f"grpo/{k}": v for k, v in m.items()}, step=m["step"])
+        st.log("grpo", m, step=m["step"])
         with open(metrics_file, "a", encoding="utf-8") as f:
             f.write(json.dumps(m, default=str) + "\n")
-        print(f"step {m['step']}: reward {m['reward/mean']:.3f}, filtered {m['groups/filtered_frac']:.2f}, "
-              f"loss {m.get('loss', float('nan')):.4g}, {m['time/step_s']:.0f}s"
+        print(f"step {m['step']}: reward {m[M.REWARD_MEAN]:.3f}, filtered {m[M.FILTERED_FRAC]:.2f}, "
+              f"loss {m.get(M.LOSS, float('nan')):.4g}, {m[M.STEP_TIME]:.0f}s"
               + (f" SKIPPED: {m['skip_reason']}" if m["skipped"] else ""))
 
     history = trainer.train(on_step=on_step)
     trainer.save(st.out_dir / "model")
     return Outputs(files={"model": str(st.out_dir / "model"), "metrics": str(metrics_file)},
                    steps=config.train_steps, tasks=len(task_list), task_source=task_source, user_tag=tag,
-                   reward_first=history[0]["reward/mean"] if history else None,
-                   reward_last=history[-1]["reward/mean"] if history else None)
+                   reward_first=history[0][M.REWARD_MEAN] if history else None,
+                   reward_last=history[-1][M.REWARD_MEAN] if history else None)

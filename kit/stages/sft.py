@@ -23,6 +23,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
+from kit import metrics as M
 from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_default, mechanism_kwargs
 from kit.train.sft import SFTConfig
 
@@ -128,7 +129,7 @@ def run(config: Config, st, role: Optional[str] = None) -> Outputs:
         output_dir=str(st.out_dir / "model"), report_to="none", run_name=f"{st.run_id}/{st.key}"))
     metrics = run_sft(samples, cfg)
     for step, loss in metrics["loss_curve"]:
-        st.log({f"sft_{role}/loss": loss}, step=step)
+        st.log(f"sft_{role}", {M.SFT_LOSS: loss}, step=step)
     return Outputs(files={"model": str(st.out_dir / "model"),
                           "loss_curve": str(st.out_dir / "model" / "loss_curve.json")},
                    data_source=data_source, samples=metrics["samples"], steps=metrics["steps"],

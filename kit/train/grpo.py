@@ -50,6 +50,7 @@ from typing import Any
 
 import torch
 
+from kit import metrics as M
 from kit.llm.types import SamplingParams
 from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
@@ -182,8 +183,8 @@ class GRPOTrainer:
                 break
             n = min(need, budget)
             budget, rnd, todo = budget - n, rnd + 1, self._draw(n)
-        m = {"groups/resamples": c.resample_budget - budget, "groups/kept": min(len(kept), c.tasks_per_step),
-             "groups/filtered_frac": 1.0 - len(kept) / len(seen)}
+        m = {M.GROUPS_RESAMPLES: c.resample_budget - budget, M.GROUPS_KEPT: min(len(kept), c.tasks_per_step),
+             M.FILTERED_FRAC: 1.0 - len(kept) / len(seen)}
         return kept[: c.tasks_per_step], seen, m
 
     def _episode_metrics(self, seen: list[_Group]) -> dict:
@@ -191,9 +192,9 @@ class GRPOTrainer:
         trajs = [t for g in seen for t in g.trajs]
         mean = sum(rewards) / len(rewards)
         m = {
-            "reward/mean": mean,
-            "reward/std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
-            "pass_rate": sum(r >= 1.0 for r in rewards) / len(rewards),
+            M.REWARD_MEAN: mean,
+            M.REWARD_STD: math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
+            M.PASS_RATE: sum(r >= 1.0 for r in rewards) / len(rewards),
             "episode/turns_mean": sum(sum(x.role == "assistant" and "completion_tokens" in x.meta for x in t.messages)
                                       for t in trajs) / len(trajs),
             "episode/tokens_mean": sum(sum(x.meta.get("completion_tokens") or 0 for x in t.messages
@@ -206,7 +207,7 @@ class GRPOTrainer:
 
             dev = [bool(user_deviations(g.task, t, goal_reached=r >= 1.0))
                    for g in seen for t, r in zip(g.trajs, g.rewards)]
-            m["user/deviation_rate"] = sum(dev) / len(dev)
+            m[M.USER_DEVIATION_RATE] = sum(dev) / len(dev)
         return m
 
     # -- update ---------------------------------------------------------------------------
@@ -241,7 +242,7 @@ class GRPOTrainer:
                 old = [[token_logprobs(self.model, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
             if self.ref is not None:
                 ref = [[token_logprobs(self.ref, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
-        out = {"loss": 0.0, "clip_frac": 0.0, "approx_kl": 0.0, "grad_norm": 0.0, **({"kl_ref": 0.0} if ref is not None else {})}
+        out = {M.LOSS: 0.0, M.CLIP_FRAC: 0.0, "approx_kl": 0.0, M.GRAD_NORM: 0.0, **({"kl_ref": 0.0} if ref is not None else {})}
         tokens, applied = 0.0, 0
         for b, mb in enumerate(micro):
             total = float(sum(sum(r.mask) for mi in mb for r in mi))
@@ -260,7 +261,7 @@ class GRPOTrainer:
                     if not torch.isfinite(loss):  # keep the backward (DDP peers wait on it), but of nothing
                         bad, loss = True, (logp * 0.0).nan_to_num().sum()
                     self.acc.backward(loss)
-                out["loss"] += loss.item() / len(micro)
+                out[M.LOSS] += loss.item() / len(micro)
                 out["clip_frac"] += st["clip_frac"] * st["tokens"]
                 out["approx_kl"] += st["approx_kl"] * st["tokens"]
                 if ref is not None:
@@ -268,7 +269,7 @@ class GRPOTrainer:
                 tokens += st["tokens"]
             if self._any(bad):
                 self.opt.zero_grad(set_to_none=True)
-                return {**out, "loss": float("nan"), "train/minibatches_applied": applied}, "nan_loss"
+                return {**out, M.LOSS: float("nan"), "train/minibatches_applied": applied}, "nan_loss"
             gn = float(self.acc.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
             if not math.isfinite(gn):
                 self.opt.zero_grad(set_to_none=True)
@@ -312,7 +313,7 @@ class GRPOTrainer:
             m["time/update_s"] = time.perf_counter() - t1
         if reason:
             m.update({"skipped": 1, "skip_reason": reason, f"skipped/{reason}": 1})
-        m["time/step_s"] = time.perf_counter() - t0
+        m[M.STEP_TIME] = time.perf_counter() - t0
         self.backend.clear_records()
         self._log(m)
         self.step_idx += 1
@@ -339,9 +340,9 @@ class GRPOTrainer:
         if not self.acc.is_main_process:
             return
         if self.wandb_run is not None:
-            self.wandb_run.log({k: v for k, v in m.items() if isinstance(v, (int, float))}, step=m["step"])
+            self.wandb_run.log(M.wandb_keys("grpo", m), step=m["step"])
         elif self.cfg.print_metrics:
-            keys = ("reward/mean", "groups/filtered_frac", "loss", "clip_frac", "grad_norm", "time/step_s")
+            keys = (M.REWARD_MEAN, M.FILTERED_FRAC, M.LOSS, M.CLIP_FRAC, M.GRAD_NORM, M.STEP_TIME)
             body = " ".join(f"{k}={m[k]:.4g}" for k in keys if k in m)
             print(f"[grpo] step {m['step']} {body}" + (f" SKIPPED: {m['skip_reason']}" if m["skipped"] else ""))
 

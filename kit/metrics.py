@@ -1,0 +1,57 @@
+"""Every metric's one name, and its label in the report.
+
+The engine (rounds.csv), GRPO (metrics.jsonl), evaluation (eval.json `meta`), W&B and the report all
+spell a metric with the constant below; nothing else writes the string. W&B keys are `<section>/<name>`
+(`wandb_keys`), so a W&B panel and a file column carry the same name behind the stage's prefix, and the
+report's human label comes from `LABELS`.
+"""
+
+from __future__ import annotations
+
+# --- episodes: engine rollouts, GRPO rollouts, evaluation ------------------------------------------
+PASS_RATE = "pass_rate"                      # fraction of episodes with reward 1
+USER_DEVIATION_RATE = "user_deviation_rate"  # episodes where the user simulator left its scenario
+REQUEST_STATED_RATE = "request_stated_rate"  # the user's first message states the request
+PROPER_END_RATE = "proper_end_rate"          # episodes ended by a stop, not by the message budget
+PASS1_CI95 = "pass1_ci95"                    # 95% bootstrap interval of pass^1 over tasks
+
+
+def pass_k(k: int) -> str:
+    """pass^k: all k trials of a task pass (tau2's pass_hat_k, averaged over tasks)."""
+    return f"pass^{k}"
+
+
+# --- GRPO step (metrics.jsonl) ------------------------------------------------------------------------
+REWARD_MEAN = "reward/mean"
+REWARD_STD = "reward/std"
+FILTERED_FRAC = "groups/filtered_frac"
+GROUPS_KEPT = "groups/kept"
+GROUPS_RESAMPLES = "groups/resamples"
+LOSS = "loss"
+CLIP_FRAC = "clip_frac"
+GRAD_NORM = "grad_norm"
+STEP_TIME = "time/step_s"
+
+# --- SFT --------------------------------------------------------------------------------------------
+SFT_LOSS = "loss"
+
+LABELS = {
+    PASS_RATE: "pass rate",
+    USER_DEVIATION_RATE: "user deviation rate",
+    REQUEST_STATED_RATE: "request stated",
+    PROPER_END_RATE: "proper end",
+    PASS1_CI95: "pass^1 95% CI",
+    REWARD_MEAN: "reward (mean)",
+    FILTERED_FRAC: "filtered frac",
+}
+
+
+def label(name: str) -> str:
+    """The report's column label of a metric (its name where none is set)."""
+    return LABELS.get(name, name)
+
+
+def wandb_keys(section: str, metrics: dict) -> dict:
+    """The numbers of `metrics` under `<section>/<name>` (booleans and text dropped): what W&B logs."""
+    return {f"{section}/{k}": v for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
