@@ -28,7 +28,7 @@ from kit.envs.cow import CowTable, dump_record
 from kit.envs.domain import Domain
 from kit.envs.episode import EpisodeEnv
 from kit.trajectory import Trajectory
-from kit.verify import verify
+from kit.verify import Verdict, verify
 
 from tau2.data_model.tasks import Task  # noqa: E402  (kit.verify imported tau2 offline)
 
@@ -44,15 +44,6 @@ class CheckedTask(BaseModel):
 
     task: Task
     checker: Checker = Field(default_factory=Checker)
-
-
-class CheckerVerdict(BaseModel):
-    reward: float
-    breakdown: dict[str, float] = Field(default_factory=dict)
-    criteria_reward: float
-    code_status: Optional[str] = None  # ok | rejected | timeout | limit | error | None (no code)
-    code_passed: Optional[bool] = None
-    reason: Optional[str] = None
 
 
 def _touched(env: EpisodeEnv) -> set[tuple[str, str, Any]]:
@@ -90,14 +81,13 @@ def trajectory_view(traj: Trajectory) -> list[dict]:
             for m in traj.messages]
 
 
-def judge(domain: Domain, rec: CheckedTask, traj: Trajectory, sandbox=None) -> CheckerVerdict:
+def judge(domain: Domain, rec: CheckedTask, traj: Trajectory, sandbox=None) -> Verdict:
     """Reward of `traj` under the task's checker (criteria, then sandboxed code if any)."""
-    v = verify(domain, rec.task, traj)
-    out = CheckerVerdict(reward=v.reward, breakdown=dict(v.breakdown or {}), criteria_reward=v.reward,
-                         reason=v.error or v.note)
+    out = verify(domain, rec.task, traj)
+    out.breakdown, out.criteria_reward = dict(out.breakdown or {}), out.reward
     if not rec.checker.code:
         return out
-    if v.error:  # a trajectory tau2 cannot replay gets no code verdict either
+    if out.error:  # a trajectory tau2 cannot replay gets no code verdict either
         return out
     final = domain.fork(rec.task, history=traj.messages)
     state = state_view(final, domain.gold_state(rec.task))
@@ -111,5 +101,5 @@ def judge(domain: Domain, rec: CheckedTask, traj: Trajectory, sandbox=None) -> C
     out.breakdown["CODE"] = 1.0 if out.code_passed else 0.0
     if not out.code_passed:
         out.reward = 0.0
-        out.reason = f"code checker: {cv.status}: {cv.reason}"
+        out.note = f"code checker: {cv.status}: {cv.reason}"
     return out

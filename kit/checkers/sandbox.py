@@ -1,7 +1,7 @@
 """Run model-written checker code, `check(state, trajectory) -> bool | dict`, sandboxed.
 
     with Sandbox(workers=2) as box:
-        v = box.run(SOURCE, state, trajectory)          # Verdict(status="ok", passed=True, ...)
+        r = box.run(SOURCE, state, trajectory)          # CheckResult(status="ok", passed=True, ...)
         vs = box.run_many([(SOURCE, state, traj), ...])
     run_checker(SOURCE, state, trajectory)               # one shared sandbox per process
     sandbox_cli("my_checker.py")                         # {"status": "ok", "passed": True, ...}
@@ -11,7 +11,7 @@ which runs nothing). Three walls:
 
 1. kit/checkers/screen.py rejects, before anything runs, sources that import, touch any
    `_name`, name dangerous builtins (eval, open, getattr, type, ...), or reach frames,
-   code, `mro` or format strings. Rejected: Verdict(status="rejected", reason=rule+line).
+   code, `mro` or format strings. Rejected: CheckResult(status="rejected", reason=rule+line).
 2. kit/checkers/worker.py runs each check in a fresh fork of a warm zygote process (a
    separate `python -I -S` with a near-empty environment, in its own network namespace
    when `unshare --net` works, i.e. as root; see kit/checkers/zygote.py): whitelisted
@@ -65,8 +65,9 @@ GRACE_S = 5.0                          # zygote reply may lag the check's timeou
 Status = Literal["ok", "rejected", "timeout", "limit", "error"]
 
 
-class Verdict(BaseModel):
-    """What a sandboxed check came to. `passed` is set only when status == "ok"."""
+class CheckResult(BaseModel):
+    """What one sandboxed run of checker code came to. `passed` is set only when status == "ok".
+    (An episode's reward is a kit.verify.Verdict; this is only the code part of it.)"""
 
     status: Status
     passed: Optional[bool] = None
@@ -81,12 +82,12 @@ class Verdict(BaseModel):
         return out
 
 
-def _fail(status: Status, reason: str, wall_s: float = 0.0) -> Verdict:
-    return Verdict(status=status, reason=reason[:REASON_CAP], wall_s=wall_s)
+def _fail(status: Status, reason: str, wall_s: float = 0.0) -> CheckResult:
+    return CheckResult(status=status, reason=reason[:REASON_CAP], wall_s=wall_s)
 
 
-def _child_verdict(reply: dict, timeout: float) -> Verdict:
-    """The zygote's report on one child -> Verdict. The child's text is untrusted."""
+def _child_verdict(reply: dict, timeout: float) -> CheckResult:
+    """The zygote's report on one child -> CheckResult. The child's text is untrusted."""
     wall = float(reply.get("wall_s") or 0.0)
     code = reply.get("exit")
     if reply.get("timed_out"):
@@ -115,7 +116,7 @@ def _child_verdict(reply: dict, timeout: float) -> Verdict:
     passed, detail = raw.get("passed"), raw.get("detail", {})
     if not isinstance(passed, bool) or not isinstance(detail, dict) or len(json.dumps(detail)) > DETAIL_CAP:
         return _fail("error", "checker process returned a malformed verdict", wall)
-    return Verdict(status="ok", passed=passed, detail=detail, wall_s=wall,
+    return CheckResult(status="ok", passed=passed, detail=detail, wall_s=wall,
                    reason="check passed" if passed else "check failed")
 
 
@@ -190,7 +191,7 @@ class Sandbox:
         return {"netns": z.netns, "chroot": z.chroot, "setuid": z.setuid, "rlimits": True, "screen": True}
 
     # -- running
-    def run(self, source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> Verdict:
+    def run(self, source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> CheckResult:
         """Run `check(state, trajectory)` from `source`. Never raises on anything the source does."""
         t0 = time.monotonic()
         timeout = min(max(float(self.timeout if timeout is None else timeout), 0.01), 3600.0)
@@ -234,7 +235,7 @@ class Sandbox:
                 break
         return _fail("error", "sandbox workers kept failing")
 
-    def run_many(self, jobs: Iterable[tuple[str, Any, Any]], timeout: Optional[float] = None) -> list[Verdict]:
+    def run_many(self, jobs: Iterable[tuple[str, Any, Any]], timeout: Optional[float] = None) -> list[CheckResult]:
         """Run (source, state, trajectory) jobs over the pool; verdicts in job order."""
         self.start()
         return list(self._pool.map(lambda job: self.run(*job, timeout=timeout), jobs))
@@ -282,7 +283,7 @@ def default_sandbox() -> Sandbox:
         return _DEFAULT.start()
 
 
-def run_checker(source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> Verdict:
+def run_checker(source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> CheckResult:
     """Run one checker in the process-wide sandbox."""
     return default_sandbox().run(source, state, trajectory, timeout=timeout)
 

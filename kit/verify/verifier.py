@@ -40,6 +40,15 @@ class Verdict(BaseModel):
     changes: list[dict] = Field(default_factory=list)  # records where predicted != gold
     note: Optional[str] = None
     error: Optional[str] = None
+    # set when a task's checker adds model-written code to the criteria (kit/checkers/checker.py)
+    criteria_reward: Optional[float] = None  # the criteria's reward before the code ran
+    code_status: Optional[str] = None  # ok | rejected | timeout | limit | error (kit.checkers.sandbox)
+    code_passed: Optional[bool] = None
+
+    @property
+    def reason(self) -> Optional[str]:
+        """Why the reward is what it is, when there is something to say (error, then note)."""
+        return self.error or self.note
 
     def summary(self) -> dict:
         out: dict[str, Any] = {"task_id": self.task_id, "reward": self.reward, "breakdown": self.breakdown}
