@@ -23,6 +23,35 @@ def test_pass_hat_k_matches_hand_computed_values():
         pass_k_table({})
 
 
+def test_pass_k_table_equals_tau2s_compute_metrics():
+    """kit's pass^k table is tau2's: the same numbers as tau2.metrics.agent_metrics.compute_metrics
+    on the same rewards (a reward within 1e-6 of 1 is a success there, so here too)."""
+    import pandas as pd
+
+    import kit._tau2  # noqa: F401
+    from tau2.metrics.agent_metrics import compute_metrics
+
+    class Tau2Results:  # stands in for tau2's Results: the columns of Results.to_df() that compute_metrics reads
+        def __init__(self, by_task):
+            self.by_task = by_task
+
+        def to_df(self):
+            return pd.DataFrame([{"task_id": t, "reward": r, "info_num_trials": len(rs), "agent_cost": 0.0,
+                                  "task_num_agent_actions": 1, "task_num_user_actions": 0, "task_num_actions": 1}
+                                 for t, rs in self.by_task.items() for r in rs])
+
+    cases = [
+        {"a": [1.0, 1.0, 1.0, 0.0], "b": [1.0, 0.0, 0.0, 0.0], "c": [0.0, 0.0, 0.0, 0.0]},
+        {"a": [1.0, 0.9999995, 0.5], "b": [1.0, 1.0, 1.0]},
+        {"x": [0.0], "y": [1.0], "z": [1.0]},
+    ]
+    for by_task in cases:
+        ours = pass_k_table(by_task, max_k=4)
+        theirs = compute_metrics(Tau2Results(by_task)).pass_hat_ks
+        assert set(ours) == set(theirs) and ours == pytest.approx(theirs), by_task
+    assert pass_k_table(cases[1])[1] == pytest.approx((2 / 3 + 1) / 2)
+
+
 def test_tasks_file_errors_name_the_position_and_field(tmp_path):
     from kit.envs import load_domain
 

@@ -2,19 +2,34 @@
 
 c = successes among n trials of a task. pass^1 is the mean success rate; pass^k asks
 that k independent trials all succeed. A task with fewer than k trials has no pass^k.
+The formula and the success test are tau2's own (tau2.metrics.agent_metrics `pass_hat_k`,
+`is_successful`: reward within 1e-6 of 1), imported when first used so that importing
+kit.eval stays free of tau2.
 """
 
 from __future__ import annotations
 
-from math import comb
+
+def _tau2_metrics():
+    import kit._tau2  # noqa: F401  (tau2 imported quietly and offline)
+    from tau2.metrics import agent_metrics
+
+    return agent_metrics
+
+
+def is_success(reward: float) -> bool:
+    """tau2's success test: the reward is 1 (within 1e-6)."""
+    return _tau2_metrics().is_successful(reward)
 
 
 def pass_hat_k(successes: int, trials: int, k: int) -> float:
+    """C(successes, k) / C(trials, k) by tau2's `pass_hat_k`, after checking the arguments
+    (tau2 checks only k <= trials)."""
     if not 0 <= successes <= trials:
         raise ValueError(f"successes={successes} must lie in [0, trials={trials}]")
     if k < 1 or k > trials:
         raise ValueError(f"k={k} must lie in [1, trials={trials}]")
-    return comb(successes, k) / comb(trials, k)
+    return _tau2_metrics().pass_hat_k(trials, successes, k)
 
 
 def pass_k_table(results: dict[str, list[float]], max_k: int = 4) -> dict[int, float]:
@@ -24,7 +39,7 @@ def pass_k_table(results: dict[str, list[float]], max_k: int = 4) -> dict[int, f
     n = min(len(r) for r in results.values())
     out = {}
     for k in range(1, min(max_k, n) + 1):
-        vals = [pass_hat_k(sum(1 for x in r if x == 1.0), len(r), k) for r in results.values()]
+        vals = [pass_hat_k(sum(map(is_success, r)), len(r), k) for r in results.values()]
         out[k] = sum(vals) / len(vals)
     return out
 
@@ -32,11 +47,11 @@ def pass_k_table(results: dict[str, list[float]], max_k: int = 4) -> dict[int, f
 def pass1_ci(results: dict[str, list[float]], ci: float = 0.95, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval for pass^1, resampling tasks (with replacement).
 
-    pass^1 = mean over tasks of the task's success rate (success = reward 1). Fixed seed: the
+    pass^1 = mean over tasks of the task's success rate (success: `is_success`). Fixed seed: the
     same results always give the same interval. One task or every task alike gives a point."""
     import random
 
-    rates = [sum(1 for x in r if x == 1.0) / len(r) for r in results.values() if r]
+    rates = [sum(map(is_success, r)) / len(r) for r in results.values() if r]
     if not rates:
         raise ValueError("no results to score")
     rng = random.Random(seed)
