@@ -25,6 +25,8 @@ import re
 from pathlib import Path
 from typing import Iterable, Optional
 
+from kit.files import BadLine, read_records
+
 TRAINING_FILES = ("tasks.jsonl", "rl_tasks.jsonl", "sft_agent.jsonl", "sft_agent.train.jsonl")
 TRAINING_STAGES = ("synthesize", "sft_user", "sft_agent", "grpo")
 
@@ -73,19 +75,8 @@ def _keys_of_record(rec) -> set[tuple[str, str]]:
 
 
 def _records(path: Path) -> Iterable:
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-        yield from (data if isinstance(data, list) else [data])
-        return
-    except json.JSONDecodeError:
-        pass
-    for line in text.splitlines():
-        if line.strip():
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line of a killed run
+    # a torn last line of a killed run (a BadLine) is skipped
+    yield from (x for _, x in read_records(path)[1] if not isinstance(x, BadLine))
 
 
 def training_files(paths: Iterable[str | Path]) -> list[Path]:

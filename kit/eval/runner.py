@@ -25,6 +25,7 @@ import pandas as pd
 from kit import metrics as M
 from kit._tau2 import TAU2_VERSION
 from kit.envs import load_domain
+from kit.files import BadLine, read_records
 from kit.eval.config import EvalConfig
 from kit.eval.leak import gold_action_keys, leak_report, training_action_keys, training_files
 from kit.eval.passk import pass1_ci, pass_k_table
@@ -57,21 +58,11 @@ def load_tasks_file(path: str) -> list:
     """tau2 Tasks from a JSON list or JSONL file; a bad entry names its position and field."""
     from tau2.data_model.tasks import Task
 
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        raw = json.loads(text)
-        items = [(i + 1, x) for i, x in enumerate(raw if isinstance(raw, list) else [raw])]
-        where = "item"
-    except json.JSONDecodeError:
-        items, where = [], "line"
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    items.append((lineno, json.loads(line)))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: not JSON ({e.msg})") from None
     tasks = []
-    for pos, data in items:
+    where, records = read_records(path)
+    for pos, data in records:
+        if isinstance(data, BadLine):
+            raise ValueError(str(data)) from None
         try:
             tasks.append(Task.model_validate(data))
         except Exception as e:

