@@ -55,3 +55,21 @@ def wandb_keys(section: str, metrics: dict) -> dict:
     """The numbers of `metrics` under `<section>/<name>` (booleans and text dropped): what W&B logs."""
     return {f"{section}/{k}": v for k, v in metrics.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def start_wandb(project: str, group: str, job_type: str, name: str, folder: str, config: dict):
+    """The one place a W&B run starts: offline unless WANDB_MODE says otherwise, silent, in `folder`.
+    Returns (run, None), or (None, why) when W&B is disabled, missing or fails: tracking never costs a run."""
+    import os
+
+    if os.environ.get("WANDB_MODE") == "disabled":
+        return None, "WANDB_MODE=disabled"
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    try:
+        import wandb
+
+        return wandb.init(project=project, group=group, job_type=job_type, name=name, dir=folder, config=config,
+                          reinit="finish_previous"), None
+    except Exception as e:  # noqa: BLE001 -- any failure of an optional tracker
+        return None, f"{type(e).__name__}: {e}"

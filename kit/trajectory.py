@@ -16,6 +16,7 @@ from typing import Any, Iterator, Literal, Optional
 from pydantic import BaseModel, Field
 
 from kit import _tau2  # noqa: F401
+from kit.llm.types import ToolCall  # the one ToolCall: backends parse it, trajectories store it
 
 from tau2.data_model import message as tm  # noqa: E402
 from tau2.data_model.simulation import SimulationRun, TerminationReason  # noqa: E402
@@ -27,14 +28,10 @@ Requestor = Literal["assistant", "user"]
 TERMINATION_REASONS = [r.value for r in TerminationReason]
 
 
-class ToolCall(BaseModel):
-    id: str = ""
-    name: str
-    arguments: dict = Field(default_factory=dict)
-    requestor: Requestor = "assistant"
-
-
 class Message(BaseModel):
+    """One message of an episode, as trajectories.jsonl stores it (a backend sees it rendered as a
+    kit.llm ChatMessage dict, kit.rollout.views)."""
+
     role: Role
     content: Optional[str] = None
     tool_calls: Optional[list[ToolCall]] = None

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from kit.llm import Completion, ToolCall, make_backend, parse_spec
+from kit.llm import Completion, ToolCall, make_backend
 from kit.llm.toolcalls import parse_tool_calls, render_tool_call, render_tools_section, to_prompt_messages
 
 WEATHER = {
@@ -146,19 +146,6 @@ def test_completion_becomes_an_openai_assistant_message():
     }
 
 
-def test_backend_specs():
-    assert parse_spec("openai:http://127.0.0.1:8000/v1#Qwen/Qwen3-8B") == (
-        "openai", {"base_url": "http://127.0.0.1:8000/v1", "model": "Qwen/Qwen3-8B"})
-    assert parse_spec("openai:https://api.example.com/v1") == (
-        "openai", {"base_url": "https://api.example.com/v1", "model": None})
-    assert parse_spec("hf:/models/x") == ("hf", {"path": "/models/x"})
-    assert parse_spec({"spec": "embedded", "device": "cpu"}) == ("embedded", {"device": "cpu"})
-    assert parse_spec({"backend": "openai", "base_url": "http://h/v1", "tool_mode": "prompt"}) == (
-        "openai", {"base_url": "http://h/v1", "tool_mode": "prompt"})
-    with pytest.raises(ValueError, match="unknown backend spec"):
-        parse_spec("gpt-4o")
-
-
 def test_vllm_backend_fails_clearly_without_vllm_or_cuda(tmp_path):
     pytest.importorskip("torch")
     try:
@@ -170,3 +157,16 @@ def test_vllm_backend_fails_clearly_without_vllm_or_cuda(tmp_path):
         pass
     with pytest.raises(RuntimeError, match="vllm|CUDA"):
         make_backend(f"vllm:{tmp_path}")
+
+
+def test_one_tool_call_record_for_backends_and_trajectories():
+    from kit.trajectory import Message
+    from kit.trajectory import ToolCall as StoredToolCall
+
+    assert StoredToolCall is ToolCall
+    tc = ToolCall(id="c1", name="f", arguments={"a": "é"})
+    # the JSON trajectories.jsonl holds: field order and defaults as they were
+    assert Message(role="assistant", tool_calls=[tc]).model_dump_json().startswith(
+        '{"role":"assistant","content":null,"tool_calls":[{"id":"c1","name":"f","arguments":{"a":"é"},'
+        '"requestor":"assistant"}]')
+    assert tc.to_openai()["function"] == {"name": "f", "arguments": '{"a": "é"}'}

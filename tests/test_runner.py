@@ -425,30 +425,6 @@ def test_ablation_report_compares_arms_with_intervals_and_the_paper(tmp_path):
     assert "Qwen3-235B-A22B" in html and "98.3" in html
 
 
-def test_model_specs_folders_and_their_manifest_descriptions(tmp_path):
-    from kit.runner.manifest import describe_model
-    from kit.runner.stage import model_folder, model_spec
-
-    folder = tmp_path / "m"
-    folder.mkdir()
-    (folder / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"], "_name_or_path": "Qwen3-8B"}')
-    (folder / "model.safetensors").write_bytes(b"weights")
-    assert model_spec(str(folder)) == f"hf:{folder}" and model_spec(str(folder), "vllm") == f"vllm:{folder}"
-    assert model_spec("embedded") == "embedded" and model_spec("openai:http://h:1/v1#m") == "openai:http://h:1/v1#m"
-    assert model_folder(f"hf:{folder}") == str(folder) and model_folder(f"vllm:{folder}") == str(folder)
-    with pytest.raises(ValueError, match="local HF model folder"):
-        model_folder("openai:http://h:1/v1#m")
-    with pytest.raises(FileNotFoundError):
-        model_folder(str(tmp_path / "nope"))
-    d = describe_model(f"vllm:{folder}")
-    assert d["kind"] == "vllm" and d["id"] == "Qwen3-8B" and d["architecture"] == "Qwen3ForCausalLM"
-    import hashlib
-
-    assert d["files"]["model.safetensors"] == hashlib.sha256(b"weights").hexdigest()
-    e = describe_model("openai:http://127.0.0.1:8000/v1#Qwen3-30B-A3B")
-    assert e["kind"] == "openai" and e["id"] == "Qwen3-30B-A3B" and "not hashed" in e["note"]
-
-
 def test_report_of_an_empty_run_folder_still_renders(tmp_path):
     from kit.runner.report import build_report
 

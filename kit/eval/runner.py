@@ -33,7 +33,7 @@ from kit.llm.types import SamplingParams
 from kit.rollout.fidelity import proper_end, request_stated, user_deviations
 from kit.rollout.loop import RolloutConfig, run_episodes, step_budget_warning
 from kit.trajectory import Trajectory
-from kit.verify import same_verdict, tau2_verdict, verify
+from kit.verify import verify
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +180,8 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
                "user_deviations": len(devs), "deviation_kinds": ",".join(sorted({d.kind for d in devs})),
                "request_stated": stated, "proper_end": proper_end(traj), "verify_error": v.error}
         if cfg.cross_check:
+            from kit.verify.reference import same_verdict, tau2_verdict  # tau2's evaluator: only when asked
+
             ref = tau2_verdict(dom.name, task, traj)
             row["tau2_reward"] = ref["reward"]
             row["agree"] = same_verdict(v.summary(), ref)

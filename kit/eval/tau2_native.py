@@ -42,7 +42,7 @@ from typing import Optional
 
 from kit._tau2 import TAU2_VERSION, registry
 from kit.eval.passk import pass_k_table
-from kit.llm import EndpointError, parse_spec
+from kit.llm import EndpointError, ModelSpec
 
 SIM_FILE = "tau2_simulations.jsonl"
 
@@ -51,11 +51,11 @@ def litellm_model(spec: str, check: bool = True) -> tuple[str, dict]:
     """'openai:URL#MODEL' -> ('openai/MODEL', {api_base, api_key}); checks the endpoint answers."""
     import httpx
 
-    kind, kw = parse_spec(spec)
-    if kind != "openai":
+    parsed = ModelSpec.parse(spec)
+    if parsed.kind != "openai":
         raise ValueError(f"the tau2 protocol talks to OpenAI-compatible endpoints through litellm: "
                          f"use 'openai:http://host:port/v1#model', got {spec!r}")
-    url, model = kw["base_url"].rstrip("/"), kw.get("model")
+    url, model = parsed.url.rstrip("/"), parsed.model
     if model and not check:
         return f"openai/{model}", {"api_base": url, "api_key": "dummy"}
     try:

@@ -43,7 +43,7 @@ from kit.llm.toolcalls import CLOSE, OPEN, parse_tool_calls
 from kit.llm.types import (
     Backend,
     Completion,
-    Message,
+    ChatMessage,
     SamplingParams,
     ToolMode,
     ToolSchema,
@@ -167,13 +167,13 @@ class HFBackend(Backend):
 
     clear_prefix_cache = invalidate
 
-    def render(self, messages: list[Message], tools: list[ToolSchema] | None = None) -> str:
+    def render(self, messages: list[ChatMessage], tools: list[ToolSchema] | None = None) -> str:
         """The exact prompt text this backend feeds the model."""
         return render_prompt(self.tokenizer, messages, tools, self.tool_mode)
 
     def generate_batch(
         self,
-        conversations: list[list[Message]],
+        conversations: list[list[ChatMessage]],
         tools: list[ToolSchema] | None = None,
         params: SamplingParams | dict | None = None,
     ) -> list[list[Completion]]:
@@ -210,7 +210,7 @@ class HFBackend(Backend):
             p.n == 1 and plain_sampling(effective_config(self.model, self._generation_config(p)))
             for p in map(as_params, params))
 
-    def serve(self, requests: list[tuple[Any, list[Message], list[ToolSchema] | None, SamplingParams]],
+    def serve(self, requests: list[tuple[Any, list[ChatMessage], list[ToolSchema] | None, SamplingParams]],
               on_done: Any, seed: int | None = None) -> None:
         """Continuous batching (kit.llm.hf_continuous): each request (key, conversation, tools,
         params) joins the running batch as soon as it exists; `on_done(key, completion)` returns the

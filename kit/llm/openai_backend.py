@@ -29,7 +29,7 @@ from kit.llm.toolcalls import new_call_id, parse_tool_calls, render_tool_call, t
 from kit.llm.types import (
     Backend,
     Completion,
-    Message,
+    ChatMessage,
     SamplingParams,
     ToolCall,
     ToolSchema,
@@ -93,7 +93,7 @@ class OpenAIBackend(Backend):
 
     def generate_batch(
         self,
-        conversations: list[list[Message]],
+        conversations: list[list[ChatMessage]],
         tools: list[ToolSchema] | None = None,
         params: SamplingParams | dict | None = None,
     ) -> list[list[Completion]]:
@@ -107,7 +107,7 @@ class OpenAIBackend(Backend):
 
     async def agenerate_batch(
         self,
-        conversations: list[list[Message]],
+        conversations: list[list[ChatMessage]],
         tools: list[ToolSchema] | None = None,
         params: SamplingParams | dict | None = None,
     ) -> list[list[Completion]]:
@@ -116,7 +116,7 @@ class OpenAIBackend(Backend):
 
     async def achat(
         self,
-        messages: list[Message],
+        messages: list[ChatMessage],
         tools: list[ToolSchema] | None = None,
         params: SamplingParams | dict | None = None,
         **overrides: Any,
@@ -154,7 +154,8 @@ class OpenAIBackend(Backend):
 
     # ----- requests -----------------------------------------------------------------------
 
-    async def _payload(self, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams) -> dict:
+    async def _payload(self, messages: list[ChatMessage], tools: list[ToolSchema] | None,
+                       params: SamplingParams) -> dict:
         if self.model is None:
             self.model = await self._first_model()
         tools = normalize_tools(tools)
@@ -273,7 +274,7 @@ def _is_object(args: Any) -> bool:
         return False
 
 
-def _wire_message(msg: Message) -> Message:
+def _wire_message(msg: ChatMessage) -> ChatMessage:
     """OpenAI wire format: only known keys, tool-call arguments as JSON strings."""
     out = {k: msg[k] for k in _MESSAGE_KEYS if k in msg}
     if msg.get("tool_calls"):

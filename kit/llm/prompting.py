@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from kit.llm.toolcalls import to_prompt_messages, to_template_messages
-from kit.llm.types import Message, ToolMode, ToolSchema, normalize_tools
+from kit.llm.types import ChatMessage, ToolMode, ToolSchema, normalize_tools
 
 _PROBE_NAME = "kit_probe_tool_7f3a"
 _PROBE_TOOL = {
@@ -58,7 +58,7 @@ def resolve_tool_mode(tokenizer: Any, mode: ToolMode) -> str:
 
 def render_prompt(
     tokenizer: Any,
-    messages: list[Message],
+    messages: list[ChatMessage],
     tools: list[ToolSchema] | None = None,
     tool_mode: str = "prompt",
     add_generation_prompt: bool = True,

@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from kit.llm.types import Message, ToolCall, ToolSchema, normalize_tools
+from kit.llm.types import ChatMessage, ToolCall, ToolSchema, normalize_tools
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -74,14 +74,14 @@ def render_tool_call(name: str, arguments: dict[str, Any] | str) -> str:
     return f"{OPEN}\n{body}\n{CLOSE}"
 
 
-def to_prompt_messages(messages: list[Message], tools: list[ToolSchema] | None) -> list[Message]:
+def to_prompt_messages(messages: list[ChatMessage], tools: list[ToolSchema] | None) -> list[ChatMessage]:
     """Rewrite an OpenAI conversation into plain system/user/assistant text turns.
 
     Tools go into the system message (one is added if there is none), assistant `tool_calls`
     become `<tool_call>` blocks after the assistant's text, and each run of consecutive tool
     messages becomes one user turn of `<tool_response>` blocks.
     """
-    out: list[Message] = []
+    out: list[ChatMessage] = []
     for msg in messages:
         role, content = msg["role"], _text(msg.get("content"))
         if role == "assistant":
@@ -107,7 +107,7 @@ def to_prompt_messages(messages: list[Message], tools: list[ToolSchema] | None) 
     return out
 
 
-def to_template_messages(messages: list[Message]) -> list[Message]:
+def to_template_messages(messages: list[ChatMessage]) -> list[ChatMessage]:
     """Prepare OpenAI messages for a chat template that supports tools natively.
 
     HF templates iterate `arguments` as a mapping, while the OpenAI format carries a JSON

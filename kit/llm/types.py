@@ -1,7 +1,8 @@
 """The one call shape every backend speaks: OpenAI-style messages and tool schemas in,
 `Completion`s out.
 
-Messages are plain dicts, as the OpenAI chat API spells them:
+Chat messages (`ChatMessage`) are plain dicts, as the OpenAI chat API spells them (a kit.trajectory
+`Message` is the stored record; kit.rollout.views renders records into these):
   {"role": "system" | "user" | "assistant" | "tool", "content": str,
    "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": <JSON str>}}],
    "tool_call_id": str}
@@ -22,18 +23,21 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-Message = dict[str, Any]
+ChatMessage = dict[str, Any]  # one chat message in OpenAI form; kit.trajectory.Message is the record
 ToolSchema = dict[str, Any]
 ToolMode = Literal["auto", "native", "prompt"]
 T = TypeVar("T")
 
 
 class ToolCall(BaseModel):
-    """One decoded tool call."""
+    """One decoded tool call: what a backend reads out of a completion and what a trajectory
+    stores (kit.trajectory; its JSON in trajectories.jsonl is this model's dump, fields in this order)."""
 
-    id: str = Field(description="Call id; tool results answer it via `tool_call_id`.")
+    id: str = Field(default="", description="Call id; tool results answer it via `tool_call_id`.")
     name: str = Field(description="Function name as the model wrote it (not checked against the tools).")
     arguments: dict[str, Any] = Field(default_factory=dict, description="Decoded JSON arguments.")
+    requestor: Literal["assistant", "user"] = Field(
+        default="assistant", description="Who made the call: the agent, or the user simulator (its own tools).")
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI `tool_calls` entry for an assistant message (arguments as a JSON string)."""
@@ -59,9 +63,9 @@ class Completion(BaseModel):
     )
     finish_reason: str | None = Field(default=None, description='"stop", "length" or "tool_calls".')
 
-    def to_message(self) -> Message:
+    def to_message(self) -> ChatMessage:
         """This completion as an OpenAI assistant message, ready to append to the conversation."""
-        msg: Message = {"role": "assistant", "content": self.text}
+        msg: ChatMessage = {"role": "assistant", "content": self.text}
         if self.tool_calls:
             msg["tool_calls"] = [tc.to_openai() for tc in self.tool_calls]
         return msg
@@ -115,7 +119,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def generate_batch(
         self,
-        conversations: list[list[Message]],
+        conversations: list[list[ChatMessage]],
         tools: list[ToolSchema] | None = None,
         params: SamplingParams | dict | None = None,
     ) -> list[list[Completion]]:
@@ -123,7 +127,7 @@ class Backend(abc.ABC):
 
     def chat(
         self,
-        messages: list[Message],
+        messages: list[ChatMessage],
         tools: list[ToolSchema] | None = None,
         params: SamplingParams | dict | None = None,
         **overrides: Any,

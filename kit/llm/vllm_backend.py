@@ -18,7 +18,7 @@ from typing import Any
 
 from kit.llm.prompting import render_prompt, resolve_tool_mode
 from kit.llm.toolcalls import parse_tool_calls
-from kit.llm.types import Backend, Completion, Message, SamplingParams, ToolMode, ToolSchema, as_params
+from kit.llm.types import Backend, Completion, ChatMessage, SamplingParams, ToolMode, ToolSchema, as_params
 
 
 class VLLMBackend(Backend):
@@ -71,12 +71,12 @@ class VLLMBackend(Backend):
         self.tokenizer = self.llm.get_tokenizer()
         self.tool_mode = resolve_tool_mode(self.tokenizer, tool_mode)
 
-    def render(self, messages: list[Message], tools: list[ToolSchema] | None = None) -> str:
+    def render(self, messages: list[ChatMessage], tools: list[ToolSchema] | None = None) -> str:
         return render_prompt(self.tokenizer, messages, tools, self.tool_mode)
 
     def generate_batch(
         self,
-        conversations: list[list[Message]],
+        conversations: list[list[ChatMessage]],
         tools: list[ToolSchema] | None = None,
         params: SamplingParams | dict | None = None,
     ) -> list[list[Completion]]:

@@ -38,6 +38,7 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from kit.llm.spec import ModelSpec
 from kit.runner.stages import AUTO_WIRING, PRODUCES, REFERENCE_FIELDS, RUNNER_FIELDS, STAGES, all_param_names
 
 
@@ -289,17 +290,6 @@ def _is_ref(v: Any) -> bool:
     return isinstance(v, str) and v.startswith("@")
 
 
-def _local_model_dir(spec: str) -> Optional[str]:
-    """The folder a model spec names, if it names one ('hf:P', 'vllm:P', or a bare path)."""
-    if spec in ("embedded",) or spec.startswith(("openai:", "@")) or spec == "gold":
-        return None
-    for prefix in ("hf:", "vllm:"):
-        if spec.startswith(prefix):
-            rest = spec[len(prefix):]
-            return None if rest == "embedded" else rest
-    return spec
-
-
 def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, check_paths: bool = True) -> Recipe:
     """Read, validate and expand a recipe. Raises RecipeError (one line) on the first problem."""
     path = Path(path)
@@ -543,7 +533,12 @@ def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors
             v = p.get(name)
             if not isinstance(v, str) or _is_ref(v) or kind != "model":
                 continue
-            d = _local_model_dir(v)
+            try:
+                ms = ModelSpec.parse(v, folder_kind="hf")
+            except ValueError as e:
+                errors.add(loc + (name,), str(e), ("stages", ps.index))
+                continue
+            d = None if ms.embedded or not ms.local else ms.path
             if d is not None and d not in seen_dirs:
                 if not Path(d).expanduser().is_dir():
                     errors.add(loc + (name,), f"model folder '{d}' does not exist (give an HF folder, 'embedded', "

@@ -23,7 +23,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -31,6 +31,7 @@ import pandas as pd
 
 from kit import metrics as M
 from kit.runner import paper
+from kit.llm.spec import ModelSpec
 from kit.runner.manifest import read_json, write_json
 
 FAILURE_COLUMNS = ["failures_task", "failures_agent", "failures_user", "failures_undetermined"]
@@ -314,12 +315,17 @@ def eval_table(evals: list[dict], n_boot: int, ci: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _short(spec: Any, run_dir: Path) -> str:
-    s = str(spec)
-    for prefix in ("hf:", "vllm:", ""):
-        if s.startswith(prefix + str(run_dir)):
-            return prefix + "<run>" + s[len(prefix + str(run_dir)):]
-    return s
+def _short(value: Any, run_dir: Path) -> str:
+    """A model spec or a path as the report shows it: the run folder written <run>."""
+    s, root = str(value), str(run_dir)
+    try:
+        ms = ModelSpec.parse(s, folder_kind="hf")
+    except ValueError:
+        return s
+    if not ms.local or not (ms.path or "").startswith(root):
+        return s
+    short = "<run>" + ms.path[len(root):]
+    return short if s == ms.path else str(replace(ms, path=short))
 
 
 # ----- HTML --------------------------------------------------------------------------------------

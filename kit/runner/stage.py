@@ -47,6 +47,7 @@ class Stage:
         self.started = now()
         self._t0 = time.perf_counter()
         self._wandb: Any = None
+        self._wandb_failed = False  # tried once and W&B could not start: not again, not warned twice
         self.out_dir.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -69,21 +70,13 @@ class Stage:
     # -- W&B ---------------------------------------------------------------------------------
     def wandb(self, config: Optional[dict] = None):
         """This stage's W&B run in the run's group (offline unless WANDB_MODE says otherwise), or None."""
-        if self._wandb is not None:
+        if self._wandb is not None or self._wandb_failed:
             return self._wandb
-        if os.environ.get("WANDB_MODE") == "disabled":
-            return None
-        os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_SILENT", "true")
-        try:
-            import wandb
-
-            self._wandb = wandb.init(project="kit", group=self.wandb_group, job_type=self.stage,
-                                     name=f"{self.run_id}/{self.key}", dir=str(self.out_dir),
-                                     config={**self.params, **(config or {})}, reinit="finish_previous")
-        except Exception as e:  # tracking must never cost a run
-            self.warn(f"W&B could not start ({type(e).__name__}: {e}); the report still has every figure")
-            self._wandb = None
+        self._wandb, why = metrics.start_wandb("kit", self.wandb_group, self.stage, f"{self.run_id}/{self.key}",
+                                               str(self.out_dir), {**self.params, **(config or {})})
+        self._wandb_failed = self._wandb is None
+        if self._wandb is None and why != "WANDB_MODE=disabled":
+            self.warn(f"W&B could not start ({why}); the report still has every figure")
         return self._wandb
 
     def log(self, section: str, data: dict, step: Optional[int] = None) -> None:
@@ -158,29 +151,6 @@ def begin(stage: str, namespace: dict) -> Stage:
     print(f"stage {st.key} ({stage}) of run {st.run_id} -> {st.out_dir}")
     print(json.dumps(params, indent=1, default=str))
     return st
-
-
-def model_spec(value: str, backend: str = "hf") -> str:
-    """A model parameter as a kit.llm backend spec: folders get `backend:` in front."""
-    if value == "embedded" or value.startswith(("hf:", "vllm:", "openai:")):
-        return value
-    return f"{backend}:{value}"
-
-
-def model_folder(value: str) -> str:
-    """The local HF folder a training stage starts from ('embedded' -> the converted SmolLM2)."""
-    if value in ("embedded", "hf:embedded"):
-        from kit.llm import ensure_embedded_model
-
-        return str(ensure_embedded_model())
-    if value.startswith("openai:"):
-        raise ValueError(f"training needs a local HF model folder, not an endpoint ({value})")
-    for prefix in ("hf:", "vllm:"):
-        if value.startswith(prefix):
-            value = value[len(prefix):]
-    if not Path(value).expanduser().is_dir():
-        raise FileNotFoundError(f"model folder not found: {value}")
-    return str(Path(value).expanduser())
 
 
 def split_tasks(domain: Any, split: Optional[str], st: Optional[Stage] = None, purpose: str = "") -> tuple[list, str]:

@@ -87,10 +87,10 @@ def run(config: Config, st):
     from kit.eval import evaluate
     from kit.eval.leak import run_training_data
     from kit.runner.report import bootstrap_pass1
-    from kit.runner.stage import model_spec
+    from kit.llm.spec import ModelSpec
 
-    agent_spec = model_spec(config.model or "embedded", config.backend)
-    user_spec = model_spec(config.user_model or "embedded", config.backend)
+    agent_spec = str(ModelSpec.parse(config.model or "embedded", folder_kind=config.backend))
+    user_spec = str(ModelSpec.parse(config.user_model or "embedded", folder_kind=config.backend))
     train_paths = config.training_data if config.training_data is not None \
         else run_training_data(st.run_dir, before=st.key, arm=st.arm)
     print("leak check against:", *(train_paths or ["(no training data)"]), sep="\n  ")

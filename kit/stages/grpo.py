@@ -126,7 +126,7 @@ def run(config: Config, st) -> Outputs:
 
     from kit.checkers.checker import judge
     from kit.envs import load_domain
-    from kit.runner.stage import model_folder, model_spec
+    from kit.llm.spec import ModelSpec
     from kit.train.grpo import GRPOTrainer
     from kit.verify import verify
 
@@ -139,8 +139,8 @@ def run(config: Config, st) -> Outputs:
 
     print(f"{len(task_list)} tasks ({task_source}), "
           f"{sum(bool(r.checker.code) for r in checked.values())} with code checkers")
-    policy_dir = model_folder(config.model or "embedded")
-    user_spec = model_spec(config.user_model or "embedded", config.backend)
+    policy_dir = ModelSpec.parse(config.model or "embedded", folder_kind="hf").folder()
+    user_spec = str(ModelSpec.parse(config.user_model or "embedded", folder_kind=config.backend))
     tag = user_tag(config)
     dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32}.get(config.dtype) \
         or getattr(torch, config.dtype)

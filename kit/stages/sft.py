@@ -81,7 +81,8 @@ def training_samples(config: Config, role: str, st) -> tuple[list, str]:
     from transformers import AutoTokenizer
 
     from kit.envs import load_domain
-    from kit.runner.stage import model_folder, split_tasks
+    from kit.llm.spec import ModelSpec
+    from kit.runner.stage import split_tasks
     from kit.train.sft_data import gold_sft_samples, read_samples
 
     source = config.data or "gold"
@@ -97,7 +98,8 @@ def training_samples(config: Config, role: str, st) -> tuple[list, str]:
         dom = load_domain(config.domain)
         tasks, used_split = split_tasks(dom, config.gold_split, st, f"the gold {role} SFT data")
         tasks = tasks[: config.gold_limit or None]
-        tokenizer = AutoTokenizer.from_pretrained(model_folder(config.model or "embedded"))
+        start = ModelSpec.parse(config.model or "embedded", folder_kind="hf").folder()
+        tokenizer = AutoTokenizer.from_pretrained(start)
         agent_samples, user_samples = gold_sft_samples(dom, tasks, tokenizer)
         samples = agent_samples if role == "agent" else user_samples
         if source == "gold":
@@ -112,7 +114,7 @@ def training_samples(config: Config, role: str, st) -> tuple[list, str]:
 
 def run(config: Config, st, role: Optional[str] = None) -> Outputs:
     """Train the `role` model ('user' or 'agent'; default: from the stage name) into model/."""
-    from kit.runner.stage import model_folder
+    from kit.llm.spec import ModelSpec
     from kit.train.sft import run_sft
     from kit.train.sft_data import write_samples
 
@@ -125,7 +127,7 @@ def run(config: Config, st, role: Optional[str] = None) -> Outputs:
         print("...", samples[0].prompt[-600:], "\n---- completion (what the loss covers) ----\n",
               samples[0].completion)
     cfg = SFTConfig(**mechanism_kwargs(
-        config, SFTConfig, model_path=model_folder(config.model or "embedded"),
+        config, SFTConfig, model_path=ModelSpec.parse(config.model or "embedded", folder_kind="hf").folder(),
         output_dir=str(st.out_dir / "model"), report_to="none", run_name=f"{st.run_id}/{st.key}"))
     metrics = run_sft(samples, cfg)
     for step, loss in metrics["loss_curve"]:

@@ -70,10 +70,10 @@ def run(config: Config, st) -> Outputs:
     import pandas as pd
 
     from kit.engine import run_engine
-    from kit.runner.stage import model_spec
+    from kit.llm.spec import ModelSpec
 
     def spec(m):
-        return None if m is None else model_spec(m, config.backend)
+        return None if m is None else str(ModelSpec.parse(m, folder_kind=config.backend))
 
     cfg = EngineConfig(**mechanism_kwargs(
         config, EngineConfig, out_dir=str(st.out_dir), model=spec(config.model or "embedded"),
