@@ -163,7 +163,42 @@ def _fresh(backend, **kwargs):
 
 
 def _tokens(groups):
-    return [[(c.raw, c.completion_tokens, c.prompt_tokens, c.finish_reason) for c in g] for g in groups]
+    return [[(c.raw, c.completion_tokens, c.prompt_tokens, c.finish_reason, tuple(c.token_ids)) for c in g]
+            for g in groups]
+
+
+def test_completions_carry_the_sampled_token_ids(backend):
+    """Both generation paths put the ids they sampled on the completion: they decode to the raw
+    text, count as completion_tokens and end with the end-of-turn id when the turn stopped."""
+    assert backend.caps.token_ids and backend.caps.scores and not backend.caps.parallel
+    for fast in (True, False):
+        b = _fresh(backend, fast_decode=fast)
+        for params in ({"temperature": 0, "max_new_tokens": 40}, {"n": 2, "temperature": 1.0, "max_new_tokens": 6, "seed": 5}):
+            for c in (c for g in b.generate_batch(CONVERSATIONS, TOOLS, params) for c in g):
+                assert len(c.token_ids) == c.completion_tokens
+                text = b.tokenizer.decode([t for t in c.token_ids if t not in b.skip_ids])
+                assert text == c.raw
+    stopped = [c for g in _fresh(backend).generate_batch(CONVERSATIONS, TOOLS, {"temperature": 0, "max_new_tokens": 60})
+               for c in g if c.finish_reason in ("stop", "tool_calls")]
+    assert stopped and all(c.token_ids[-1] in backend.eos_ids for c in stopped)
+
+
+def test_score_options_is_each_options_mean_log_probability(backend):
+    """score_options (one prompt pass, options on its cached states) equals scoring each option
+    with a plain forward pass over prompt + option."""
+    messages = [{"role": "user", "content": "Pick a fruit."}]
+    options = ["apple", "a banana split", "Kiwi fruit from New Zealand"]
+    got = backend.score_options(messages, options)
+    tok = backend.tokenizer
+    prompt = tok(tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True),
+                 add_special_tokens=False)["input_ids"]
+    for opt, score in zip(options, got):
+        o = tok(opt, add_special_tokens=False)["input_ids"]
+        with torch.inference_mode():
+            logits = backend.model(input_ids=torch.tensor([prompt + o])).logits[0].float()
+        logp = torch.log_softmax(logits[len(prompt) - 1 : -1], -1).gather(1, torch.tensor(o)[:, None]).mean()
+        assert score == pytest.approx(float(logp), abs=1e-4)
+    assert backend.score_options(messages, [""]) == [-1e9]
 
 
 def test_prefix_cache_greedy_outputs_match_uncached(backend):

@@ -44,9 +44,9 @@ def _tokens(trajs) -> int:
 
 def _profile(backend, before) -> str:
     """What the backend's generation stats gained since `before` (a copy), as one line."""
-    stats = getattr(backend, "stats", None)
-    if before is None or stats is None:
+    if before is None:
         return ""
+    stats = backend.stats
     delta = copy.copy(stats)
     for name, value in vars(stats).items():
         if isinstance(value, (int, float)):
@@ -55,9 +55,8 @@ def _profile(backend, before) -> str:
 
 
 def _cold(backend) -> None:
-    """Empty the backend's prefix cache (HFBackend), if it has one."""
-    if getattr(backend, "prefix_cache", None) is not None:
-        backend.prefix_cache.clear()
+    """Start cold: the backend forgets its cached prompt states (Backend.clear_cache)."""
+    backend.clear_cache()
 
 
 def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int = 8, max_messages: int = 8,
@@ -77,7 +76,7 @@ def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int
     task = dom.tasks()[task_index]
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
     cfg = RolloutConfig(max_messages=max_messages, seed=seed, agent_params=params, user_params=params, continuous=continuous)
-    snapshot = (lambda: copy.copy(backend.stats)) if hasattr(getattr(backend, "stats", None), "summary") else (lambda: None)
+    snapshot = (lambda: copy.copy(backend.stats)) if backend.caps.stats else (lambda: None)
     # warm-up, not timed: what either run would otherwise pay once (weights packed, kernels for each
     # batch shape chosen, templates compiled), here before both instead of inside the first one
     short = SamplingParams(temperature=1.0, max_new_tokens=8)

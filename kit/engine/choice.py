@@ -4,11 +4,11 @@ A 135M model cannot be trusted to spell an order id; it can be asked *which* of 
 the environment showed it fits the plan. `Chooser.choose(messages, options)` returns the
 index of one option:
 
-  hf backends      every option is scored by the model's own log-likelihood as the
-                   continuation of the prompt (mean log-prob per token; the prompt's KV
-                   cache is computed once and each option runs on top of it), then one is
-                   sampled from softmax(score / temperature) — constrained decoding over a
-                   finite set, so the answer is always valid.
+  scoring backends (caps.scores: hf) every option is scored by the model's own log-likelihood
+                   as the continuation of the prompt (mean log-prob per token,
+                   `backend.score_options`), then one is sampled from
+                   softmax(score / temperature) — constrained decoding over a finite set, so
+                   the answer is always valid.
   other backends   (endpoints, vLLM) the options are numbered in the prompt and the model
                    answers with a number; an unusable answer falls back to a uniform draw,
                    counted in `Chooser.fallbacks`.
@@ -38,7 +38,7 @@ class Chooser:
         self.fallbacks = 0
         self.log: list[dict] = []
         self.text_params = text_params or SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=48)
-        self._scorable = hasattr(backend, "model") and hasattr(backend, "tokenizer")
+        self._scorable = backend.caps.scores
 
     def reseed(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -54,7 +54,7 @@ class Chooser:
             return 0
         self.calls += 1
         if self._scorable:
-            scores = self._scores(messages, options)
+            scores = self.backend.score_options(messages, options)
             idx = self._sample(scores)
             self.log.append({"what": what, "options": options[:12], "chosen": options[idx],
                              "scores": [round(s, 3) for s in scores[:12]]})
@@ -71,7 +71,7 @@ class Chooser:
         if not self._scorable:
             idx = self._numbered(messages, options, what)
             return [1.0 if i == idx else 0.0 for i in range(len(options))]
-        scores = self._scores(messages, options)
+        scores = self.backend.score_options(messages, options)
         m = max(scores)
         w = [math.exp(s - m) for s in scores]
         probs = [x / sum(w) for x in w]
@@ -84,34 +84,6 @@ class Chooser:
         m = max(scores)
         weights = [math.exp((s - m) / self.temperature) for s in scores]
         return self.rng.choices(range(len(scores)), weights=weights)[0]
-
-    def _scores(self, messages: list[dict], options: list[str]) -> list[float]:
-        import torch
-
-        tok, model = self.backend.tokenizer, self.backend.model
-        prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        p_ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
-        out = []
-        with torch.inference_mode():
-            from transformers import DynamicCache
-
-            cache = DynamicCache(config=model.config.get_text_config(decoder=True))
-            first = model(input_ids=p_ids, cache=cache, use_cache=True)
-            last_logits = first.logits[0, -1].float()
-            plen = p_ids.shape[1]
-            for opt in options:
-                o_ids = tok(opt, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
-                if o_ids.shape[1] == 0:
-                    out.append(-1e9)
-                    continue
-                lp = torch.log_softmax(last_logits, -1)[o_ids[0, 0]].item()
-                if o_ids.shape[1] > 1:
-                    res = model(input_ids=o_ids[:, :-1], cache=cache, use_cache=True)
-                    logp = torch.log_softmax(res.logits[0].float(), -1)
-                    lp += logp.gather(1, o_ids[0, 1:, None]).sum().item()
-                    cache.crop(-(cache.get_seq_length() - plen))  # back to the prompt alone
-                out.append(lp / o_ids.shape[1])
-        return out
 
     def _numbered(self, messages: list[dict], options: list[str], what: str) -> int:
         listing = "\n".join(f"{i + 1}. {o}" for i, o in enumerate(options))

@@ -37,6 +37,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kit.llm.capabilities import Capabilities
 from kit.llm.prefix_cache import PrefixKVCache, common_prefix_len
 from kit.llm.prompting import render_prompt, resolve_tool_mode
 from kit.llm.toolcalls import CLOSE, OPEN, parse_tool_calls
@@ -80,6 +81,8 @@ class HFBackend(Backend):
     Trainers that update the weights through `param.data` (which bumps no version counter) must call
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
     """
+
+    caps = Capabilities(parallel=False, tokenizer=True, scores=True, serves=True, token_ids=True, stats=True)
 
     def __init__(
         self,
@@ -165,7 +168,41 @@ class HFBackend(Backend):
         if self.packed is not None:
             self.packed.clear()
 
-    clear_prefix_cache = invalidate
+    def clear_cache(self) -> None:
+        """Forget cached prefix KV states (the packed weights stay: they are still valid)."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
+
+    def score_options(self, messages: list[ChatMessage], options: list[str]) -> list[float]:
+        """Each option's mean log-probability per token as the continuation of `messages` (rendered
+        by the chat template, generation prompt added, no tools). The prompt's KV states are
+        computed once; each option runs on top of them and is cropped off again. An option that
+        encodes to no token scores -1e9."""
+        import torch
+        from transformers import DynamicCache
+
+        tok, model = self.tokenizer, self.model
+        prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        p_ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
+        out = []
+        with torch.inference_mode():
+            cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+            first = model(input_ids=p_ids, cache=cache, use_cache=True)
+            last_logits = first.logits[0, -1].float()
+            plen = p_ids.shape[1]
+            for opt in options:
+                o_ids = tok(opt, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
+                if o_ids.shape[1] == 0:
+                    out.append(-1e9)
+                    continue
+                lp = torch.log_softmax(last_logits, -1)[o_ids[0, 0]].item()
+                if o_ids.shape[1] > 1:
+                    res = model(input_ids=o_ids[:, :-1], cache=cache, use_cache=True)
+                    logp = torch.log_softmax(res.logits[0].float(), -1)
+                    lp += logp.gather(1, o_ids[0, 1:, None]).sum().item()
+                    cache.crop(-(cache.get_seq_length() - plen))  # back to the prompt alone
+                out.append(lp / o_ids.shape[1])
+        return out
 
     def render(self, messages: list[ChatMessage], tools: list[ToolSchema] | None = None) -> str:
         """The exact prompt text this backend feeds the model."""
@@ -357,11 +394,13 @@ class HFBackend(Backend):
         cut = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
         if cut is not None:
             body, n_tokens, finish = ids[:cut], cut + 1, "stop"
+            sampled = ids[: cut + 1]  # the end-of-turn id is sampled too: training teaches to stop
         else:
             body = ids
             while body and body[-1] == self.pad_id:  # rows that stopped on a stop string are padded
                 body = body[:-1]
             n_tokens, finish = len(body), ("length" if len(body) == len(ids) else "stop")
+            sampled = body
         raw = self.tokenizer.decode([t for t in body if t not in self.skip_ids], skip_special_tokens=False)
         hits = [raw.find(s) for s in stop if s and s in raw]
         if hits:
@@ -375,4 +414,5 @@ class HFBackend(Backend):
             prompt_tokens=prompt_tokens,
             completion_tokens=n_tokens,
             finish_reason="tool_calls" if calls else finish,
+            token_ids=list(sampled),
         )

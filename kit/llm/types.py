@@ -19,9 +19,11 @@ import asyncio
 import concurrent.futures
 import json
 from collections.abc import Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, Field
+
+from kit.llm.capabilities import Capabilities
 
 ChatMessage = dict[str, Any]  # one chat message in OpenAI form; kit.trajectory.Message is the record
 ToolSchema = dict[str, Any]
@@ -62,6 +64,11 @@ class Completion(BaseModel):
         default=None, description="Tokens generated for this completion; None if unknown (e.g. n>1 usage)."
     )
     finish_reason: str | None = Field(default=None, description='"stop", "length" or "tool_calls".')
+    token_ids: list[int] | None = Field(default=None, description=(
+        "The ids the model sampled, up to and including the end-of-turn id; None where the backend "
+        "does not see them (caps.token_ids). Training scores these, never a re-tokenization of `raw`."))
+    logprobs: list[float] | None = Field(
+        default=None, description="The log-probability of each of `token_ids`, where the backend reports it (caps.logprobs).")
 
     def to_message(self) -> ChatMessage:
         """This completion as an OpenAI assistant message, ready to append to the conversation."""
@@ -115,6 +122,8 @@ class Backend(abc.ABC):
     """Abstract base: subclasses implement `generate_batch`; `chat` is one conversation of it."""
 
     tool_mode: ToolMode = "auto"
+    caps: ClassVar[Capabilities] = Capabilities()
+    """What this backend offers beyond generation (kit.llm.capabilities); subclasses declare theirs."""
 
     @abc.abstractmethod
     def generate_batch(
@@ -134,6 +143,9 @@ class Backend(abc.ABC):
     ) -> list[Completion]:
         """`params.n` completions of one conversation; keyword overrides like `n=4, seed=0` work."""
         return self.generate_batch([messages], tools, as_params(params, **overrides))[0]
+
+    def clear_cache(self) -> None:
+        """Forget cached prompt states (a prefix cache), so the next call starts cold. No-op by default."""
 
     def close(self) -> None:
         """Release what the backend holds (HTTP clients, engines). Safe to call twice."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.llm.prompting import render_prompt, resolve_tool_mode
+from kit.llm.capabilities import Capabilities
 from kit.llm.toolcalls import parse_tool_calls
 from kit.llm.types import Backend, Completion, ChatMessage, SamplingParams, ToolMode, ToolSchema, as_params
 
@@ -30,6 +31,8 @@ class VLLMBackend(Backend):
         dtype, gpu_memory_utilization, max_model_len, tensor_parallel_size: passed to `vllm.LLM`.
         engine_kwargs: anything else `vllm.LLM` accepts (enable_prefix_caching, seed, ...).
     """
+
+    caps = Capabilities(tokenizer=True, token_ids=True)
 
     def __init__(
         self,
@@ -120,6 +123,7 @@ class VLLMBackend(Backend):
             prompt_tokens=prompt_tokens,
             completion_tokens=len(out.token_ids),
             finish_reason="tool_calls" if calls else out.finish_reason,
+            token_ids=list(out.token_ids),
         )
 
     def close(self) -> None:

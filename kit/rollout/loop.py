@@ -18,6 +18,10 @@ Termination, as tau2 records it:
   too_many_errors  `max_errors` failed or unparseable tool calls
 An unparseable tool call is an error the agent is shown (a feedback message it sees next
 turn), counted, and the episode goes on.
+
+Each generated message's meta holds prompt_tokens, completion_tokens, latency_s, finish_reason
+and, where the backend reports them (caps.token_ids, caps.logprobs), the sampled `token_ids` and
+their `logprobs`: GRPO builds its training rows from those ids (kit.train.sequences).
 """
 
 from __future__ import annotations
@@ -152,6 +156,10 @@ def _tool_messages(ep: _Episode, domain: Domain, calls: list, requestor: str, tu
 def _apply(ep: _Episode, domain: Domain, role: str, c: Completion, latency: float, turn: int) -> None:
     meta = {"prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens,
             "latency_s": round(latency, 4), "finish_reason": c.finish_reason}
+    if c.token_ids is not None:  # what the model sampled: training rows are built from these
+        meta["token_ids"] = c.token_ids
+    if c.logprobs is not None:
+        meta["logprobs"] = c.logprobs
     if c.parse_errors:
         meta["parse_errors"] = c.parse_errors
     if c.tool_calls:
@@ -239,7 +247,7 @@ def run_episodes(
             finish(ep, "agent_stop")
     role_params = {"assistant": cfg.agent_params.model_copy(update={"n": 1, "seed": None}),
               "user": cfg.user_params.model_copy(update={"n": 1, "seed": None})}
-    if cfg.continuous and agent is user and hasattr(agent, "serve") and agent.can_serve(list(role_params.values())):
+    if cfg.continuous and agent is user and agent.caps.serves and agent.can_serve(list(role_params.values())):
         def request(ep: _Episode) -> tuple:
             role = ep.next
             view = agent_view if role == "assistant" else user_view
