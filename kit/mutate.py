@@ -1,4 +1,4 @@
-"""Near-miss trajectories: small, realistic mistakes a verifier must judge exactly.
+"""Near-miss trajectories: small, realistic mistakes a verifier must score exactly.
 
 From a task's gold actions we derive trajectories that differ in one way each:
 

@@ -13,7 +13,7 @@
 # %% [markdown]
 # # Stage `evaluate`: pass^k on τ²-bench
 #
-# Leak check, then `trials` episodes per task against the referee user simulator, each judged by the
+# Leak check, then `trials` episodes per task against the referee user simulator, each scored by the
 # kit verifier; pass^k with a 95% interval, the user's deviation, request-stated and proper-end rates.
 # What it does: `kit/stages/evaluate.py`. Outputs: `eval.json`, `episodes.csv`, `trajectories.jsonl`.
 #
@@ -40,7 +40,7 @@ user_max_new_tokens = 192  # Most tokens per user turn.
 max_errors = 10  # Failed tool calls before too_many_errors termination.
 batch_size = 16  # Episodes advanced together (one batched forward pass per turn).
 limit = None  # First N tasks only.
-cross_check = False  # Also judge every episode with tau2's evaluator (agreement).
+cross_check = False  # Also score every episode with tau2's evaluator (agreement).
 protocol = 'kit'  # 'kit' (kit loop + verifier) or 'tau2' (tau2's own orchestrator and user simulator; needs openai: specs).
 training_data = None  # What the agent trained on, checked against the evaluation tasks' gold actions (kit.eval.leak): files, folders or 'split:<name>'. None: every synthesize / sft_user / sft_agent / grpo stage of this run that ran before this one.
 allow_overlap = False  # Evaluate even when evaluation tasks overlap the training data (the report still shows the overlap); off: the stage fails.

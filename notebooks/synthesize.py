@@ -13,7 +13,7 @@
 # %% [markdown]
 # # Stage `synthesize`: the self-evolving data engine
 #
-# The AReaL-SEA data engine on a τ² domain: plans, tasks with gold actions, validation, rollouts judged
+# The AReaL-SEA data engine on a τ² domain: plans, tasks with gold actions, validation, rollouts scored
 # by each task's checker, failure attribution, reflection, `rounds` times. What it does and what it
 # simplifies: `kit/stages/synthesize.py`. A rerun resumes at the first unfinished unit.
 #

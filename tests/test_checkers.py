@@ -1,7 +1,7 @@
 """Checkers: criteria + code, mutation testing, failure attribution on known causes."""
 
 from kit.checkers.attribution import attribute
-from kit.checkers.checker import CheckedTask, judge, state_view
+from kit.checkers.checker import CheckedTask, run_checker, state_view
 from kit.checkers.mutation import mutation_test
 from kit.envs import load_domain
 from kit.mutate import mutants
@@ -75,7 +75,7 @@ def test_state_view_holds_touched_records_and_changes():
     assert view["changed"] and all(c[0] in ("agent", "user") for c in view["changed"])
     side, table, key, fields = view["changed"][0]
     assert key in view[side][table] and fields and set(fields) <= set(view[side][table][key])
-    assert judge(dom, CheckedTask(task=task), gold).reward == 1.0
+    assert run_checker(dom, CheckedTask(task=task), gold).reward == 1.0
 
 
 def test_sandboxed_state_code_closes_the_gap_the_criteria_leave_open():

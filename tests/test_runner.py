@@ -61,7 +61,7 @@ def test_quickstart_is_the_whole_chain_on_mock_with_the_embedded_model():
     assert [s.stage for s in r.plan] == ["synthesize", "sft_user", "sft_agent", "grpo", "evaluate", "evaluate", "report"]
     by = {s.id: s for s in r.plan}
     assert by["grpo"].refs == {"model": "sft_agent", "user_model": "sft_user", "tasks": "synthesize"}
-    # base and trained agent on the held-out tasks, judged by the same referee: the fine-tuned user
+    # base and trained agent on the held-out tasks, played against the same referee: the fine-tuned user
     assert by["eval_trained"].refs == {"model": "grpo", "user_model": "sft_user"}
     assert by["eval_base"].refs == {"user_model": "sft_user"} and by["eval_base"].params["model"] == "embedded"
     assert all(s.params.get("domain", "mock") == "mock" for s in r.plan)
@@ -88,7 +88,7 @@ def test_ablation_arms_expand_with_overrides_and_skips(gpu_env):
     ev = next(s for s in r.plan if s.arm == base_arm.name and s.stage == "evaluate")
     assert "model" not in ev.refs and ev.params["model"] == r.spec.base_model  # nothing trained: the base model
     assert not [s for s in r.plan if s.arm == base_arm.name and s.stage in ("sft_agent", "grpo")]
-    assert ev.refs["user_model"].endswith("sft_user")  # every arm is judged by the fine-tuned referee user
+    assert ev.refs["user_model"].endswith("sft_user")  # every arm plays against the fine-tuned referee user
     raw = [s for s in r.plan if s.stage == "grpo" and s.params["user_model"] == r.spec.base_model]
     ft = [s for s in r.plan if s.stage == "grpo" and s.refs.get("user_model", "").endswith("sft_user")]
     assert raw and ft

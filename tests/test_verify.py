@@ -84,7 +84,7 @@ def test_premature_termination_and_missing_criteria():
     assert verify(dom, bare, Trajectory(task_id=bare.id, messages=[Message(role="user", content="hi")])).reward == 1.0
 
 
-def test_nl_assertions_are_not_evaluated_without_a_judge():
+def test_nl_assertions_are_not_evaluated_without_a_grader():
     dom = load_domain("mock")
     task = next(t for t in dom.tasks() if t.evaluation_criteria and t.evaluation_criteria.nl_assertions)
     v = verify(dom, task, gold_trajectory(dom, task))
@@ -92,9 +92,9 @@ def test_nl_assertions_are_not_evaluated_without_a_judge():
     crit = task.evaluation_criteria.model_copy(update={"reward_basis": ["DB", "NL_ASSERTION"]})
     nl_task = task.model_copy(update={"evaluation_criteria": crit})
     v = verify(dom, nl_task, gold_trajectory(dom, nl_task))
-    assert v.error and "judge" in v.error
-    judged = verify(dom, nl_task, gold_trajectory(dom, nl_task), nl_judge=lambda t, tr: [{"met": True}])
-    assert judged.reward == 1.0 and judged.nl_assertions == "evaluated"
+    assert v.error and "nl_grader" in v.error
+    graded = verify(dom, nl_task, gold_trajectory(dom, nl_task), nl_grader=lambda t, tr: [{"met": True}])
+    assert graded.reward == 1.0 and graded.nl_assertions == "evaluated"
 
 
 def test_trajectories_round_trip_through_tau2_simulation_run():

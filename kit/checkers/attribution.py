@@ -9,7 +9,7 @@ Executable rules first, in this order; the first that fires decides:
          missing_action        a gold action the agent never made (first one, in gold order)
          missing_info          a fact the agent had to communicate and did not
          ended_early           the episode ended by a limit (max steps, too many errors)
-Only when no rule decides is an LLM judge asked (if one is given); each label says which
+Only when no rule decides is an LLM attributor asked (if one is given); each label says which
 decided it (`decided_by`: "rule" or "llm").
 """
 
@@ -53,7 +53,7 @@ def _first_divergence(domain: Domain, task, traj: Trajectory) -> Optional[Attrib
 
 
 def attribute(domain: Domain, task, traj: Trajectory,
-              llm_judge: Optional[Callable[[object, Trajectory], Attribution]] = None) -> Attribution:
+              llm_attributor: Optional[Callable[[object, Trajectory], Attribution]] = None) -> Attribution:
     """Attribute a failed episode (call it only when the episode's reward is 0)."""
     gold_v = verify(domain, task, gold_trajectory(domain, task))
     if gold_v.reward != 1.0:
@@ -83,9 +83,9 @@ def attribute(domain: Domain, task, traj: Trajectory,
     if v.communicate and not all(c["met"] for c in v.communicate):
         info = next(c["info"] for c in v.communicate if not c["met"])
         return Attribution(label="agent", rule="missing_info", evidence=f"never said {info!r}")
-    if llm_judge is not None:
-        judged = llm_judge(task, traj)
-        judged.decided_by = "llm"
-        return judged
+    if llm_attributor is not None:
+        label = llm_attributor(task, traj)
+        label.decided_by = "llm"
+        return label
     return Attribution(label="undetermined", rule="no_rule_fired", decided_by="none",
                        evidence=f"reward {v.reward}, breakdown {v.breakdown}")

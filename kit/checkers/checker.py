@@ -1,10 +1,10 @@
 """A task's checker = τ² criteria + optional model-written code, stored with the task.
 
     rec = CheckedTask(task=task, checker=Checker(code=SOURCE))   # one line of rl_tasks.jsonl
-    v = judge(domain, rec, trajectory, sandbox)                     # reward 0/1 + breakdown
+    v = run_checker(domain, rec, trajectory, sandbox)               # reward 0/1 + breakdown
 
 The criteria (gold actions with compared arguments, env assertions, communicate info) are
-judged exactly as the kit verifier judges τ² tasks (kit/verify). The code, when present,
+scored exactly as the kit verifier scores τ² tasks (kit/verify). The code, when present,
 defines `check(state, trajectory) -> bool | dict` and always runs in the sandbox
 (kit/checkers/sandbox.py). Its `state` is a read-only JSON view of the episode's final
 state: every record the episode or the gold actions touched, in its final version, plus
@@ -81,7 +81,7 @@ def trajectory_view(traj: Trajectory) -> list[dict]:
             for m in traj.messages]
 
 
-def judge(domain: Domain, rec: CheckedTask, traj: Trajectory, sandbox=None) -> Verdict:
+def run_checker(domain: Domain, rec: CheckedTask, traj: Trajectory, sandbox=None) -> Verdict:
     """Reward of `traj` under the task's checker (criteria, then sandboxed code if any)."""
     out = verify(domain, rec.task, traj)
     out.breakdown, out.criteria_reward = dict(out.breakdown or {}), out.reward

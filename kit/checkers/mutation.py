@@ -5,7 +5,7 @@ A mutant *must* be rejected when its final state differs from the gold final sta
 side's database) or a required gold action is missing from its tool calls (required: every
 gold action whose tool is not a READ tool — writes, transfers, other generic tools). Other
 mutants (a failed extra write that changed nothing, say) may go either way; they are
-counted, not judged. A checker is accepted when it passes its gold trajectory and no
+counted, not scored. A checker is accepted when it passes its gold trajectory and no
 must-reject mutant slips through.
 
     report = mutation_test(domain, CheckedTask(task=task))
@@ -18,7 +18,7 @@ from typing import Optional
 
 from pydantic import BaseModel, Field
 
-from kit.checkers.checker import CheckedTask, judge
+from kit.checkers.checker import CheckedTask, run_checker
 from kit.envs.domain import Domain
 from kit.mutate import mutants
 from kit.replay import gold_trajectory
@@ -55,7 +55,7 @@ class MutationReport(BaseModel):
 def mutation_test(domain: Domain, rec: CheckedTask, sandbox=None, min_mutants: int = 5,
                   seed: int = 0, keep_results: bool = True) -> MutationReport:
     task = rec.task
-    gold_v = judge(domain, rec, gold_trajectory(domain, task), sandbox)
+    gold_v = run_checker(domain, rec, gold_trajectory(domain, task), sandbox)
     gold_env = domain.gold_state(task)
     gold_actions = (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []
     results: list[MutantResult] = []
@@ -65,12 +65,12 @@ def mutation_test(domain: Domain, rec: CheckedTask, sandbox=None, min_mutants: i
             final = domain.fork(task, history=m.trajectory.messages)
             if not final.same_state(gold_env):
                 why.append("state_differs")
-        except Exception:  # a mutant tau2 could not replay is judged as differing
+        except Exception:  # a mutant tau2 could not replay counts as differing
             why.append("state_differs")
         required = [a for a in gold_actions if domain.is_write_tool(a.name, a.requestor)]
         if not all(c["met"] for c in check_actions(required, m.trajectory.messages)):
             why.append("action_missing")
-        v = judge(domain, rec, m.trajectory, sandbox)
+        v = run_checker(domain, rec, m.trajectory, sandbox)
         results.append(MutantResult(kind=m.kind, detail=m.detail, must_reject=bool(why), why=why,
                                     rejected=v.reward == 0.0))
     report = MutationReport(

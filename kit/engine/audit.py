@@ -2,7 +2,7 @@
 
 For every accepted task: the tasks.jsonl line loads as a tau2 `Task`, its rl_tasks.jsonl
 twin carries the same task and a checker, and replaying its gold actions earns reward 1
-from tau2's own evaluator (τ² domains; a custom domain is judged by the kit verifier,
+from tau2's own evaluator (τ² domains; a custom domain is scored by the kit verifier,
 which agrees with tau2 on every τ² task, see `kit bench verify`). Ids must be unique in
 every file: a resumed run that duplicated or lost a record fails here.
 """

@@ -4,7 +4,7 @@
 
 A round runs every plan as one *unit* (kit/engine/store.py): the plan's task proposals
 (kit/engine/synthesize.py), their validation (kit/engine/validate.py), G rollouts per
-accepted task judged by the task's checker, failure attribution, SFT samples — then the
+accepted task scored by the task's checker, failure attribution, SFT samples — then the
 unit is committed. After the round, rounds.csv is rewritten from the committed records and
 the reflector (kit/engine/reflect.py) writes the next round's plans. Rerunning with the
 same out_dir resumes at the first uncommitted unit.
@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from kit import metrics as M
 from kit._tau2 import TAU2_VERSION
-from kit.checkers.checker import CheckedTask, Checker, judge
+from kit.checkers.checker import CheckedTask, Checker, run_checker
 from kit.checkers.attribution import attribute
 from kit.checkers.codegen import state_checker_source
 from kit.engine.choice import Chooser
@@ -273,7 +273,7 @@ class Engine:
         for i, traj in enumerate(trajs):
             rec = by_id[traj.task_id]
             traj.meta.update({"source": "engine", "unit": unit, "trial": i % g})
-            v = judge(self.domain, rec, traj, self.sandbox)
+            v = run_checker(self.domain, rec, traj, self.sandbox)
             devs = user_deviations(rec.task, traj, goal_reached=v.reward == 1.0)
             traj.meta.update({"reward": v.reward, "breakdown": v.breakdown,
                               "user_deviations": [d.__dict__ for d in devs]})

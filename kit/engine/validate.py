@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Optional
 
-from kit.checkers.checker import CheckedTask, Checker, judge
+from kit.checkers.checker import CheckedTask, Checker, run_checker
 from kit.checkers.codegen import state_checker_source
 from kit.checkers.mutation import mutation_test
 from kit.engine.choice import Chooser
@@ -117,7 +117,7 @@ def make_checker(domain: Domain, task, sandbox=None) -> tuple[CheckedTask, list[
     """The task's executable checker (criteria + generated state code) and its test results."""
     rec = CheckedTask(task=task, checker=Checker(code=state_checker_source(domain, task), origin="codegen:gold_state"))
     reasons = []
-    v = judge(domain, rec, gold_trajectory(domain, task), sandbox)
+    v = run_checker(domain, rec, gold_trajectory(domain, task), sandbox)
     if v.reward != 1.0:
         reasons.append({"check": "gold_reward", "detail": f"gold trajectory scores {v.reward}: {v.reason}"})
         return rec, reasons

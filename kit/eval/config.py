@@ -37,7 +37,7 @@ class EvalConfig:
     limit: Optional[int] = None
     """First N tasks only."""
     cross_check: bool = False
-    """Also judge every episode with tau2's evaluator and report agreement."""
+    """Also score every episode with tau2's evaluator and report agreement."""
     training_data: Optional[list[str]] = None
     """What the agent trained on (kit.eval.leak): task / rl_tasks / SFT sample files, folders holding
     them, or 'split:<name>' of this domain. Checked against the evaluation tasks' gold actions."""

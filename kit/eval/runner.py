@@ -4,7 +4,7 @@
     res.passk            # {1: 0.11, 2: ..., 3: ..., 4: ...}
     res.episodes         # pandas DataFrame, one row per episode
 
-Every episode is judged by the kit verifier; with `cross_check` also by tau2's official
+Every episode is scored by the kit verifier; with `cross_check` also by tau2's official
 evaluator, and the agreement is reported. Trajectories are appended, one complete JSON line
 per finished episode, to `<out_dir>/trajectories.jsonl`; a rerun skips the (task, trial)
 pairs already there, so a killed evaluation resumes. Next to every number the result

@@ -16,7 +16,7 @@ reward_info) is appended as one JSON line to `<out_dir>/tau2_simulations.jsonl`;
 (task_id, trial) pairs already there (keyed like the kit runner, not by seed: change the seed, change
 out_dir) and needs no server when nothing is left. Episodes run concurrently in a thread pool.
 
-Simplifications vs `tau2 run`: no LLM repetition judge, no console display, a JSONL file instead
+Simplifications vs `tau2 run`: no LLM repetition check, no console display, a JSONL file instead
 of tau2's single Results JSON, and an episode that raises stops the evaluation (tau2's default;
 its `skip_failed_samples` is not offered) -- except an unreachable endpoint, which is checked up
 front and reported in one line naming the URL. `max_tokens` is sent only when given (tau2 sends
@@ -25,7 +25,7 @@ training-data leak check and user-deviation columns are kit-protocol only.
 
 How it differs from the kit protocol (kit.rollout.loop + kit.verify): there the kit renders the
 prompts, parses tool calls itself (prompt or native mode), batches turns across episodes and
-judges with its own verifier. Here everything between the two endpoints is tau2's: its prompts,
+scores with its own verifier. Here everything between the two endpoints is tau2's: its prompts,
 its native `tools=` requests (tool calls must come back as OpenAI `tool_calls`; a server whose
 chat template ignores tools -- e.g. SmolLM2's under `transformers serve` -- only ever talks,
 which tau2 handles as plain messages), its stop tokens, step/error limits and evaluator.

@@ -177,7 +177,7 @@ def _db_text(env) -> str:
 
 def task_request(domain, task, actions: list | None = None) -> Request:
     """The request of `task` (or of explicit gold `actions`: objects with name and arguments, requestor
-    'assistant'), judged against the task's starting state and scenario."""
+    'assistant'), checked against the task's starting state and scenario."""
     if actions is None:
         crit = task.evaluation_criteria
         actions = [a for a in ((crit.actions if crit else None) or []) if getattr(a, "requestor", "assistant") == "assistant"]

@@ -1,6 +1,6 @@
 """Stage `evaluate`: pass^k of an agent on a τ² split or a task file (kit.eval.evaluate).
 
-`trials` episodes per task, each judged by the kit verifier (tau2's evaluation semantics;
+`trials` episodes per task, each scored by the kit verifier (tau2's evaluation semantics;
 `cross_check` also asks tau2's own evaluator), pass^k as τ²-bench defines it with a 95% bootstrap
 interval on pass^1 over tasks, the user simulator's deviation rate, how often its first message
 states the request (request_stated) and how often episodes end by a stop rather than a limit
@@ -52,7 +52,7 @@ class Config(ModelStageConfig):
     max_errors: int = _eval("max_errors", "Failed tool calls before too_many_errors termination.", ge=1)
     batch_size: int = _eval("batch_size", "Episodes advanced together (one batched forward pass per turn).", ge=1)
     limit: Optional[int] = _eval("limit", "First N tasks only.", ge=1)
-    cross_check: bool = _eval("cross_check", "Also judge every episode with tau2's evaluator (agreement).")
+    cross_check: bool = _eval("cross_check", "Also score every episode with tau2's evaluator (agreement).")
     protocol: Literal["kit", "tau2"] = _eval("protocol", "'kit' (kit loop + verifier) or 'tau2' (tau2's own "
                                              "orchestrator and user simulator; needs openai: specs).")
     training_data: Optional[list[str]] = Field(default=None, description="What the agent trained on, checked "

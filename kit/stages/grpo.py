@@ -2,8 +2,8 @@
 (kit.train.grpo.GRPOTrainer; its docstring says what is kept from the paper and what is dropped).
 
 Per step: `tasks_per_step` tasks, `group_size` multi-turn episodes each against the user simulator;
-reward = the task's checker (the engine's rl_tasks.jsonl: τ² criteria + sandboxed code, judged by
-kit.checkers.judge); group-relative advantages; dynamic filtering drops groups whose rewards are all
+reward = the task's checker (the engine's rl_tasks.jsonl: τ² criteria + sandboxed code, scored by
+kit.checkers.run_checker); group-relative advantages; dynamic filtering drops groups whose rewards are all
 equal and draws fresh tasks; token-level PPO-clip.
 
 The paper trains against the *fine-tuned* user (`user_model: "@sft_user"`, the default when the
@@ -124,7 +124,7 @@ def run(config: Config, st) -> Outputs:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kit.checkers.checker import judge
+    from kit.checkers.checker import run_checker
     from kit.envs import load_domain
     from kit.llm.spec import ModelSpec
     from kit.train.grpo import GRPOTrainer
@@ -135,7 +135,7 @@ def run(config: Config, st) -> Outputs:
 
     def reward_fn(task, traj):
         rec = checked.get(task.id)
-        return judge(dom, rec, traj).reward if rec is not None else verify(dom, task, traj).reward
+        return run_checker(dom, rec, traj).reward if rec is not None else verify(dom, task, traj).reward
 
     print(f"{len(task_list)} tasks ({task_source}), "
           f"{sum(bool(r.checker.code) for r in checked.values())} with code checkers")

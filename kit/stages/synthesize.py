@@ -2,7 +2,7 @@
 
 Per round: the meta-planner writes plan pairs, the synthesizer proposes tasks with gold actions in a
 forked environment, the validator accepts or rejects them (with reasons), `group_size` rollouts per
-accepted task are judged by the task's checker, failures are attributed to the task, the agent or
+accepted task are scored by the task's checker, failures are attributed to the task, the agent or
 the user, and the reflector rewrites the plans for the next round. A rerun resumes at the first
 unfinished unit.
 

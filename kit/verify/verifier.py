@@ -6,9 +6,9 @@
 Rules, in tau2's order: a run that did not end by AGENT_STOP or USER_STOP scores 0; a
 task without evaluation criteria scores 1; otherwise the reward is the product of the
 checks named in the task's reward basis: DB and ENV_ASSERTION (kit/verify/state.py),
-ACTION (actions.py), COMMUNICATE (communicate.py). NL assertions need an LLM judge: the
+ACTION (actions.py), COMMUNICATE (communicate.py). NL assertions need an LLM grader: the
 kit reports them as not evaluated and, when they are part of the reward basis without a
-judge, returns an error (tau2 raises in that case). Where tau2 raises (a replayed tool
+grader, returns an error (tau2 raises in that case). Where tau2 raises (a replayed tool
 result differs from the recorded one, a broken env assertion), the verdict carries
 `error` and reward 0.
 """
@@ -61,7 +61,7 @@ def verify(
     domain: Domain,
     task,
     trajectory: Trajectory,
-    nl_judge: Optional[Callable[[Any, Trajectory], list[dict]]] = None,
+    nl_grader: Optional[Callable[[Any, Trajectory], list[dict]]] = None,
 ) -> Verdict:
     """Score `trajectory` on `task` (a tau2 Task) in `domain`. Never raises on bad input."""
     if trajectory.termination_reason not in ELIGIBLE:
@@ -89,10 +89,11 @@ def verify(
         v.actions = check_actions(crit.actions or [], msgs)
         v.breakdown["ACTION"] = 1.0 if all(a["met"] for a in v.actions) else 0.0
     if "NL_ASSERTION" in basis:
-        if nl_judge is None:
+        if nl_grader is None:
             return Verdict(task_id=task.id, reward=0.0,
-                           error="ValueError: NL assertions are part of the reward basis, but no LLM judge is configured")
-        checks = nl_judge(task, trajectory)
+                           error="ValueError: NL assertions are part of the reward basis, "
+                                 "but no NL-assertion grader (nl_grader) is given")
+        checks = nl_grader(task, trajectory)
         v.nl_assertions = "evaluated"
         v.breakdown["NL_ASSERTION"] = 1.0 if all(c.get("met") for c in checks) else 0.0
     if "COMMUNICATE" in basis:
