@@ -4,6 +4,7 @@ audit that every accepted task replays to reward 1 under tau2's evaluator."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -20,6 +21,8 @@ from kit.engine import EngineConfig, run_engine
 from kit.engine.audit import audit_run
 from kit.engine.plans import PlanPair, Slice, diversity, similarity, tool_patterns
 from kit.engine.reflect import _apply, _edits
+from kit.engine.records import CommittedUnit, UnitResult
+from kit.engine.rounds import ROUND_COLUMNS, RoundRow, plan_feedback, round_stats, write_rounds_csv
 from kit.engine.store import RunStore, read_jsonl
 from kit.engine.choice import strip_lead_in
 from kit.engine.synthesize import Pool, free_value_problem
@@ -133,17 +136,56 @@ def test_tool_patterns_keep_single_writes_at_least_as_common_as_pairs():
         assert all(a != b for a, b in pairs)
 
 
-def test_store_recover_drops_uncommitted_and_torn_lines(tmp_path):
+def _unit(unit: str, rnd: int, proposals: list[dict], sft_agent: list[dict]) -> UnitResult:
+    return UnitResult(unit=unit, round=rnd, plan_id="plan0", proposals=proposals, accepted=[], episodes=[],
+                      sft_agent=sft_agent, sft_user=[], sft_ungrounded=0, choice_fallbacks=0, wall_s=1.5)
+
+
+def test_store_commits_a_unit_whole_and_recover_drops_uncommitted_and_torn_lines(tmp_path):
     store = RunStore(tmp_path)
-    store.append("tasks.jsonl", [{"id": "syn-r0-p0-a0"}, {"id": "syn-r0-p1-a0"}])
-    store.append("failures.jsonl", [{"unit": "r0-p0", "x": 1}, {"unit": "r0-p1", "x": 2}])
-    store.commit("r0-p0", {"round": 0})
-    with open(tmp_path / "tasks.jsonl", "a") as f:
-        f.write('{"id": "syn-r0-p1-a1"')  # torn by a kill
-    dropped = store.recover()
-    assert dropped == {"tasks.jsonl": 2, "failures.jsonl": 1}
-    assert [d["id"] for d in read_jsonl(tmp_path / "tasks.jsonl")] == ["syn-r0-p0-a0"]
+    line = store.commit(_unit("r0-p0", 0, [{"attempt": 0}, {"attempt": 1}], [{"s": 1}]))
+    assert line["lines"]["proposals.jsonl"] == 2 and line["lines"]["sft_agent.jsonl"] == 1 and line["proposals"] == 2
+    store.commit(_unit("r1-p0", 1, [{"attempt": 0}], []))
+    store.append("proposals.jsonl", [{"attempt": 9}])  # a unit killed before its commit line ...
+    store.append("sft_agent.jsonl", [{"s": 9}])
+    with open(tmp_path / "proposals.jsonl", "a") as f:
+        f.write('{"attempt": 10')  # ... and a torn last line
+    assert store.recover() == {"proposals.jsonl": 2, "sft_agent.jsonl": 1}
     assert store.recover() == {}  # idempotent
+    units = store.units(files=("proposals.jsonl", "sft_agent.jsonl"))  # line counts say whose lines are whose
+    assert [u.unit for u in units] == ["r0-p0", "r1-p0"]
+    assert units[0].proposals == [{"attempt": 0}, {"attempt": 1}] and units[0].rows["sft_agent.jsonl"] == [{"s": 1}]
+    assert [u.unit for u in store.units(round=1)] == ["r1-p0"] and store.units(round=1)[0].proposals == [{"attempt": 0}]
+
+
+def test_round_stats_is_a_pure_function_whose_fields_are_the_rounds_csv_columns(tmp_path):
+    from kit import metrics as M
+
+    assert ROUND_COLUMNS == [f.name for f in dataclasses.fields(RoundRow)]
+    assert {M.PASS_RATE, M.USER_DEVIATION_RATE} <= set(ROUND_COLUMNS)
+    plans = [PlanPair(id="plan0", synthesis="s", evaluation="e", slice=Slice("change", ["a"], "p", "none")),
+             PlanPair(id="plan1", synthesis="s", evaluation="e", slice=Slice("lookup", ["b"], "q", "none"))]
+    prop = {"plan_id": "plan0", "task_id": "t0", "accepted": True, "reasons": [], "repairs": ["fidelity:x"]}
+    bad = {"plan_id": "plan1", "task_id": None, "accepted": False, "repairs": [],
+           "reasons": [{"check": "synthesis", "detail": "no_write: none"}]}
+    trajs = [{"task_id": "t0", "meta": {"reward": 1.0, "user_deviations": []}},
+             {"task_id": "t0", "meta": {"reward": 0.0, "user_deviations": [{"kind": "role_flip"}]}}]
+    fail = {"task_id": "t0", "label": "agent", "rule": "wrong_write", "evidence": "x"}
+    summary = {"unit": "r0-p0", "round": 0, "sft_agent": 2, "sft_user": 1, "sft_ungrounded": 1,
+               "choice_fallbacks": 0, "wall_s": 2.0}
+    units = [CommittedUnit(summary, {"proposals.jsonl": [prop], "trajectories.jsonl": trajs, "failures.jsonl": [fail]}),
+             CommittedUnit({**summary, "unit": "r0-p1", "wall_s": 1.0}, {"proposals.jsonl": [bad]})]
+    row = round_stats(0, plans, units)
+    assert row == round_stats(0, plans, units)
+    assert (row.proposals, row.built, row.accepted, row.acceptance_rate, row.reject_synthesis) == (2, 1, 1, 0.5, 1)
+    assert (row.episodes, row.pass_rate, row.user_deviation_rate, row.failures_agent) == (2, 0.5, 0.5, 1)
+    assert (row.fidelity_templated, row.repaired, row.sft_agent, row.sft_ungrounded, row.wall_s) == (1, 1, 4, 2, 3.0)
+    stats, examples, patterns = plan_feedback(plans, units)
+    assert stats["plan1"]["rejections"] == {"no_write": 1} and stats["plan0"]["episodes"] == 2
+    assert examples["plan0"] == ["agent/wrong_write: x"] and patterns == {"a": (1, 1), "b": (0, 1)}
+    write_rounds_csv(tmp_path / "rounds.csv", [row])
+    header, values = (tmp_path / "rounds.csv").read_text().splitlines()
+    assert header.split(",") == ROUND_COLUMNS and values.startswith("0,2,2,1,1,0.5,")
 
 
 def test_engine_config_names_the_bad_field(tmp_path):
@@ -229,21 +271,47 @@ def test_kill_minus_9_then_rerun_resumes_without_loss_or_duplicates(tmp_path):
     assert audit_run(out)["problems"] == []
 
 
-@pytest.mark.slow
-def test_a_custom_domain_runs_through_the_same_engine(tmp_path):
-    from kit.envs.library import register
+LIBRARY_RECIPE = """\
+name: library-plumbing
+domain: kit.envs.library          # a domain of one's own, by its module: nothing registers it first
+check_budgets: false
+stages:
+  - stage: synthesize
+    params: {rounds: 1, num_plans: 2, tasks_per_plan: 2, group_size: 1, max_messages: 4, max_new_tokens: 32,
+             user_max_new_tokens: 32, llm_judge: false, wandb: false}
+"""
 
-    register()
-    cfg = EngineConfig(domain="library", out_dir=str(tmp_path / "library"), rounds=1, num_plans=2, tasks_per_plan=2,
-                       group_size=1, max_messages=4, max_new_tokens=32, user_max_new_tokens=32, llm_judge=False, wandb=False,
-                       seed=0)
-    res = run_engine(cfg, progress=False)
-    props = read_jsonl(Path(cfg.out_dir) / "proposals.jsonl")
-    assert len(props) == 4 and any(p["task_id"] for p in props), [p["failure"] for p in props]
+
+def test_a_recipe_names_a_domain_of_ones_own_by_its_module(tmp_path):
+    from kit.runner.recipe import RecipeError, load_recipe
+
+    path = tmp_path / "library.yaml"
+    path.write_text(LIBRARY_RECIPE)
+    (synth,) = load_recipe(path).plan
+    assert synth.params["domain"] == "kit.envs.library"
+    path.write_text(LIBRARY_RECIPE.replace("kit.envs.library", "kit.envs.no_such_domain"))
+    with pytest.raises(RecipeError, match=r"stages\[0\]\.params\.domain: domain module 'kit.envs.no_such_domain' cannot"):
+        load_recipe(path)
+
+
+@pytest.mark.slow
+def test_a_custom_domain_from_a_recipe_runs_through_the_synthesize_stage(tmp_path):
+    """What `kit run` does in the stage's notebook: the recipe's validated params -> the stage's run."""
+    from kit.runner.recipe import load_recipe
+    from kit.runner.stage import Stage
+    from kit.stages.synthesize import Config, run
+
+    path = tmp_path / "library.yaml"
+    path.write_text(LIBRARY_RECIPE)
+    (synth,) = load_recipe(path).plan
+    out = tmp_path / "library"
+    outputs = run(Config(**synth.params), Stage("synthesize", synth.params, {"out_dir": str(out)}))
+    props = read_jsonl(out / "proposals.jsonl")
+    assert outputs.proposals == 4 and len(props) == 4 and any(p["task_id"] for p in props), [p["failure"] for p in props]
     tools = {c["call"].split("(")[0] for p in props for c in p["explored"]}
     assert tools <= {"get_member", "get_book"} and tools  # it explored the library with its read tools
-    rep = audit_run(cfg.out_dir)
-    assert rep["referee"] == "kit" and rep["problems"] == [] and rep["tasks"] == res.accepted
+    rep = audit_run(out)
+    assert rep["referee"] == "kit" and rep["problems"] == [] and rep["tasks"] == outputs.accepted
 
 
 @pytest.mark.slow

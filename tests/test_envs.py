@@ -140,3 +140,38 @@ def test_custom_domain_registers_forks_and_verifies():
         assert verify(dom, task, gold_trajectory(dom, task)).reward == 1.0
         rewards = [verify(dom, task, m.trajectory).reward for m in mutants(dom, task)]
         assert rewards.count(0.0) >= 5, rewards
+
+
+def test_airline_policy_rules_live_with_the_airline_domain(airline):
+    from tau2.data_model.tasks import Action, EvaluationCriteria, Task, UserScenario
+
+    from kit.envs.rules import BUILTIN_RULES
+
+    assert airline.policy_rules == BUILTIN_RULES["airline"] and load_domain("mock").policy_rules == ()
+    cancel = Task(id="cancel", user_scenario=UserScenario(instructions="cancel my trip"),
+                  evaluation_criteria=EvaluationCriteria(actions=[
+                      Action(action_id="a0", name="cancel_reservation", arguments={"reservation_id": "4WQ150"})]))
+    assert airline.policy_violations(cancel) == []  # nothing of 4WQ150 has flown
+
+
+def test_a_domain_of_ones_own_loads_by_its_module_path_with_its_policy_rules():
+    from kit.engine.validate import executable_checks
+    from kit.envs import domain_problem, register_domain
+    from kit.envs.library import get_environment, get_tasks
+
+    dom = load_domain("kit.envs.library")  # nothing registered first: the module is the domain
+    assert dom.name == "library" and dom.tool_names() and dom.task("borrow_dune")
+    assert domain_problem("kit.envs.library") is None
+    assert "cannot be imported" in domain_problem("kit.envs.no_such_domain")
+    assert "no get_environment()" in domain_problem("kit.envs.cow")
+    assert domain_problem("mars").startswith("unknown domain 'mars'")
+
+    def no_lending(domain, task):
+        return "strict library: no lending" if any(a.name == "lend_book" for a in task.evaluation_criteria.actions) \
+            else None
+
+    register_domain("strict_library", get_environment, get_tasks, policy_rules=[no_lending])
+    strict = load_domain("strict_library")
+    task = strict.task("borrow_dune")
+    assert {"check": "policy", "detail": "strict library: no lending"} in executable_checks(strict, task)
+    assert not [r for r in executable_checks(dom, task) if r["check"] == "policy"]

@@ -23,7 +23,7 @@ from kit.envs.domain import Domain
 from kit.replay import gold_trajectory
 from kit.rollout.fidelity import user_deviations
 from kit.trajectory import Trajectory
-from kit.verify import verify
+from kit.verify import Verdict, verify
 from kit.verify.actions import action_matches, check_actions
 
 Label = Literal["task", "agent", "user", "undetermined"]
@@ -53,8 +53,10 @@ def _first_divergence(domain: Domain, task, traj: Trajectory) -> Optional[Attrib
 
 
 def attribute(domain: Domain, task, traj: Trajectory,
-              llm_attributor: Optional[Callable[[object, Trajectory], Attribution]] = None) -> Attribution:
-    """Attribute a failed episode (call it only when the episode's reward is 0)."""
+              llm_attributor: Optional[Callable[[object, Trajectory], Attribution]] = None,
+              criteria: Optional[Verdict] = None) -> Attribution:
+    """Attribute a failed episode (call it only when the episode's reward is 0). `criteria`: the
+    episode's kit.verify verdict where the caller has it (the episode is not verified again)."""
     gold_v = verify(domain, task, gold_trajectory(domain, task))
     if gold_v.reward != 1.0:
         return Attribution(label="task", rule="gold_unreachable",
@@ -64,7 +66,7 @@ def attribute(domain: Domain, task, traj: Trajectory,
         obs = env.execute(a.name, dict(a.arguments), a.requestor)
         if obs.error:
             return Attribution(label="task", rule="gold_action_error", evidence=f"{a.name}: {obs.content[:200]}")
-    v = verify(domain, task, traj)
+    v = criteria if criteria is not None else verify(domain, task, traj)
     agent_div = _first_divergence(domain, task, traj)
     devs = user_deviations(task, traj, goal_reached=v.reward == 1.0)
     first_dev = min(devs, key=lambda d: d.turn) if devs else None

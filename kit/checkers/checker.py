@@ -81,9 +81,11 @@ def trajectory_view(traj: Trajectory) -> list[dict]:
             for m in traj.messages]
 
 
-def run_checker(domain: Domain, rec: CheckedTask, traj: Trajectory, sandbox=None) -> Verdict:
-    """Reward of `traj` under the task's checker (criteria, then sandboxed code if any)."""
-    out = verify(domain, rec.task, traj)
+def run_checker(domain: Domain, rec: CheckedTask, traj: Trajectory, sandbox=None,
+                criteria: Optional[Verdict] = None) -> Verdict:
+    """Reward of `traj` under the task's checker (criteria, then sandboxed code if any). `criteria`:
+    the episode's kit.verify verdict where the caller has it (not verified again; it stays unchanged)."""
+    out = criteria.model_copy() if criteria is not None else verify(domain, rec.task, traj)
     out.breakdown, out.criteria_reward = dict(out.breakdown or {}), out.reward
     if not rec.checker.code:
         return out

@@ -2,12 +2,13 @@
 
     result = run_engine(EngineConfig(domain="mock", out_dir="runs/demo", rounds=3, num_plans=4))
 
-A round runs every plan as one *unit* (kit/engine/store.py): the plan's task proposals
-(kit/engine/synthesize.py), their validation (kit/engine/validate.py), G rollouts per
-accepted task scored by the task's checker, failure attribution, SFT samples — then the
-unit is committed. After the round, rounds.csv is rewritten from the committed records and
-the reflector (kit/engine/reflect.py) writes the next round's plans. Rerunning with the
-same out_dir resumes at the first uncommitted unit.
+A round reads top to bottom (`Engine.run`): its plans → one *unit* per plan (`_run_unit`: the
+plan's task proposals, kit/engine/synthesize.py; their validation, kit/engine/validate.py; G
+rollouts per accepted task, each verified once and scored by the task's checker, failures
+attributed; SFT samples) returning a `UnitResult` (kit/engine/records.py) → the store commits
+it (kit/engine/store.py) → the round's row of rounds.csv, a pure function of its committed units
+(kit/engine/rounds.py) → the reflector (kit/engine/reflect.py) writes the next round's plans.
+Rerunning with the same out_dir resumes at the first uncommitted unit.
 
 Outputs (runs/<id>/): tasks.jsonl (tau2 Task per line), rl_tasks.jsonl (task + checker),
 trajectories.jsonl, sft_agent.jsonl, sft_user.jsonl, failures.jsonl, proposals.jsonl (every
@@ -17,18 +18,15 @@ plans/round_<k>.json, prompts/round_<k>/, manifest.json.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
 import subprocess
-import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from tqdm import tqdm
 
@@ -39,9 +37,11 @@ from kit.checkers.attribution import attribute
 from kit.checkers.codegen import state_checker_source
 from kit.engine.choice import Chooser
 from kit.engine.config import EngineConfig
-from kit.engine.plans import diversity, load_plans, meta_plan, save_plans
+from kit.engine.plans import load_plans, meta_plan, save_plans
 from kit.engine.prompts import Prompts
+from kit.engine.records import CommittedUnit, Episode, UnitResult
 from kit.engine.reflect import reflect
+from kit.engine.rounds import RoundRow, plan_feedback, round_stats, write_rounds_csv
 from kit.engine.store import RunStore, atomic_write, unit_id
 from kit.engine.synthesize import Synthesizer
 from kit.engine.validate import executable_checks, llm_judgment, make_checker
@@ -49,14 +49,7 @@ from kit.envs.domain import load_domain
 from kit.llm.types import SamplingParams
 from kit.rollout.fidelity import user_deviations
 from kit.rollout.loop import RolloutConfig, run_episodes
-
-ROUND_COLUMNS = [
-    "round", "plans", "proposals", "built", "accepted", "acceptance_rate", "repaired",
-    "reject_synthesis", "reject_gold_runs", "reject_changes_state", "reject_grounded_args", "reject_held_out", "reject_policy",
-    "reject_gold_reward", "reject_checker_strength", "reject_llm_judge", "fidelity_templated",
-    "episodes", M.PASS_RATE, "failures_task", "failures_agent", "failures_user", "failures_undetermined",
-    M.USER_DEVIATION_RATE, "diversity", "sft_agent", "sft_user", "sft_ungrounded", "choice_fallbacks", "wall_s",
-]
+from kit.verify import verify
 
 
 @dataclass
@@ -98,7 +91,6 @@ class Engine:
         self.agent = given.get("agent") or self._backend(cfg.agent_model or cfg.model)
         self.user = given.get("user") or self._backend(cfg.user_model or cfg.model)
         self.chooser = Chooser(self.engine_llm, temperature=cfg.choice_temperature, seed=cfg.seed)  # plans, reflection
-        self._commit_lock = threading.Lock()
         self._tokenizer = None
         self._sandbox = None
         self._wandb = None
@@ -222,7 +214,8 @@ class Engine:
                 return None, [{"check": "llm_judge", "detail": f"model judged the task off-plan (P(no)={decision['p_no']})"}]
         return rec, []
 
-    def _run_unit(self, r: int, p: int, plan) -> dict:
+    def _run_unit(self, r: int, p: int, plan) -> UnitResult:
+        """One plan in one round: task proposals, their validation, rollouts of the accepted ones, SFT samples."""
         t0 = time.perf_counter()
         unit = unit_id(r, p)
         chooser, synth = self._unit_roles(_seed(self.cfg.seed, r, p))
@@ -235,31 +228,15 @@ class Engine:
             proposals.append(row)
             if rec is not None:
                 accepted.append(rec)
-        trajs, failures = [], []
-        if accepted and self.cfg.group_size > 0:
-            trajs, failures = self._rollouts(unit, r, accepted)
-        sft_agent, sft_user, ungrounded = self._sft(accepted, trajs)
-        with self._commit_lock:
-            return self._commit(unit, r, plan, t0, chooser, proposals, accepted, trajs, failures, sft_agent, sft_user,
-                                ungrounded)
+        episodes = self._rollouts(unit, r, accepted) if accepted and self.cfg.group_size > 0 else []
+        sft_agent, sft_user, ungrounded = self._sft(accepted, [e.trajectory for e in episodes])
+        return UnitResult(unit=unit, round=r, plan_id=plan.id, proposals=proposals, accepted=accepted,
+                          episodes=episodes, sft_agent=sft_agent, sft_user=sft_user, sft_ungrounded=ungrounded,
+                          choice_fallbacks=chooser.fallbacks, wall_s=round(time.perf_counter() - t0, 2))
 
-    def _commit(self, unit, r, plan, t0, chooser, proposals, accepted, trajs, failures, sft_agent, sft_user,
-                ungrounded) -> dict:
-        self.store.append("tasks.jsonl", [rec.task.model_dump_json(exclude_none=True) for rec in accepted])
-        self.store.append("rl_tasks.jsonl", accepted)
-        self.store.append("trajectories.jsonl", trajs)
-        self.store.append("sft_agent.jsonl", sft_agent)
-        self.store.append("sft_user.jsonl", sft_user)
-        self.store.append("failures.jsonl", failures)
-        self.store.append("proposals.jsonl", proposals)
-        summary = {"round": r, "plan": plan.id, "proposals": len(proposals), "accepted": len(accepted),
-                   "episodes": len(trajs), "sft_agent": len(sft_agent), "sft_user": len(sft_user),
-                   "sft_ungrounded": ungrounded, "choice_fallbacks": chooser.fallbacks,
-                   "wall_s": round(time.perf_counter() - t0, 2)}
-        self.store.commit(unit, summary)
-        return summary
-
-    def _rollouts(self, unit: str, r: int, accepted: list[CheckedTask]):
+    def _rollouts(self, unit: str, r: int, accepted: list[CheckedTask]) -> list[Episode]:
+        """G episodes per accepted task; each is verified once, and that verdict serves the checker,
+        the user-deviation check and (reward below 1) the failure attribution."""
         cfg = self.cfg
         g = cfg.group_size
         rcfg = RolloutConfig(
@@ -269,21 +246,23 @@ class Engine:
         tasks = [rec.task for rec in accepted for _ in range(g)]
         trajs = run_episodes(self.domain, tasks, self.agent, self.user, rcfg, progress=self.progress)
         by_id = {rec.task.id: rec for rec in accepted}
-        failures = []
+        episodes = []
         for i, traj in enumerate(trajs):
             rec = by_id[traj.task_id]
             traj.meta.update({"source": "engine", "unit": unit, "trial": i % g})
-            v = run_checker(self.domain, rec, traj, self.sandbox)
+            criteria = verify(self.domain, rec.task, traj)
+            v = run_checker(self.domain, rec, traj, self.sandbox, criteria=criteria)
             devs = user_deviations(rec.task, traj, goal_reached=v.reward == 1.0)
             traj.meta.update({"reward": v.reward, "breakdown": v.breakdown,
                               "user_deviations": [d.__dict__ for d in devs]})
+            failure = None
             if v.reward < 1.0:
-                att = attribute(self.domain, rec.task, traj)
-                failures.append({"unit": unit, "round": r, "task_id": traj.task_id, "trajectory_id": traj.id,
-                                 "label": att.label, "rule": att.rule, "decided_by": att.decided_by,
-                                 "evidence": att.evidence[:300], "reason": v.reason,
-                                 "termination": traj.termination_reason})
-        return trajs, failures
+                att = attribute(self.domain, rec.task, traj, criteria=criteria)
+                failure = {"unit": unit, "round": r, "task_id": traj.task_id, "trajectory_id": traj.id,
+                           "label": att.label, "rule": att.rule, "decided_by": att.decided_by,
+                           "evidence": att.evidence[:300], "reason": v.reason, "termination": traj.termination_reason}
+            episodes.append(Episode(trajectory=traj, verdict=v, failure=failure))
+        return episodes
 
     def _sft(self, accepted: list[CheckedTask], trajs: list) -> tuple[list, list, int]:
         """Agent and user SFT samples of a unit: rolled-out dialogues that passed trajectory validation,
@@ -312,66 +291,9 @@ class Engine:
 
     # ----- rounds -----------------------------------------------------------------------------
 
-    def _round_row(self, r: int, plans) -> tuple[dict, dict, dict, dict]:
-        props = [p for p in self.store.rows("proposals.jsonl") if p["round"] == r]
-        fails = [f for f in self.store.rows("failures.jsonl") if f["round"] == r]
-        units = [u for u in self.store.committed().values() if u["round"] == r]
-        trajs = [t for t in self.store.rows("trajectories.jsonl") if t.get("meta", {}).get("unit", "").startswith(f"r{r}-")]
-        rej = Counter(reason["check"] for p in props if not p["accepted"] for reason in p["reasons"][:1])
-        labels = Counter(f["label"] for f in fails)
-        rewards = [t["meta"].get("reward", 0.0) for t in trajs]
-        accepted = sum(p["accepted"] for p in props)
-        row = {
-            "round": r, "plans": len(plans), "proposals": len(props), "built": sum(p["task_id"] is not None for p in props),
-            "accepted": accepted, "acceptance_rate": round(accepted / max(len(props), 1), 4),
-            "repaired": sum(bool(p["repairs"]) for p in props),
-            **{f"reject_{k}": rej.get(k, 0) for k in ("synthesis", "gold_runs", "changes_state", "grounded_args",
-                                                       "held_out", "policy", "gold_reward", "checker_strength", "llm_judge")},
-            "episodes": len(trajs), M.PASS_RATE: round(sum(rewards) / len(rewards), 4) if rewards else None,
-            **{f"failures_{k}": labels.get(k, 0) for k in ("task", "agent", "user", "undetermined")},
-            M.USER_DEVIATION_RATE: (round(sum(bool(t["meta"].get("user_deviations")) for t in trajs) / len(trajs), 4)
-                                    if trajs else None),
-            "diversity": round(diversity(plans), 4),
-            "sft_agent": sum(u["sft_agent"] for u in units), "sft_user": sum(u["sft_user"] for u in units),
-            "sft_ungrounded": sum(u.get("sft_ungrounded", 0) for u in units),
-            "fidelity_templated": sum(any(str(x).startswith("fidelity:") for x in p["repairs"]) for p in props),
-            "choice_fallbacks": sum(u["choice_fallbacks"] for u in units),
-            "wall_s": round(sum(u["wall_s"] for u in units), 1),
-        }
-        stats, examples = {}, {}
-        for plan in plans:
-            mine = [p for p in props if p["plan_id"] == plan.id]
-            ids = {p["task_id"] for p in mine}
-            pf = [f for f in fails if f["task_id"] in ids]
-            rj = Counter(reason["check"] if reason["check"] != "synthesis" else (reason["detail"] or "").split(":")[0]
-                         for p in mine if not p["accepted"] for reason in p["reasons"][:1])
-            fl = Counter(f["label"] for f in pf)
-            episodes = sum(1 for t in trajs if (t.get("task_id") or "") in ids)
-            stats[plan.id] = {"proposals": len(mine), "accepted": sum(p["accepted"] for p in mine),
-                              "rejections": rj, "failures": fl, "episodes": episodes}
-            examples[plan.id] = [f"{p['reasons'][0]['check']}: {(p['reasons'][0]['detail'] or '')[:120]}"
-                                 for p in mine if not p["accepted"]] + [f"{f['label']}/{f['rule']}: {f['evidence'][:100]}"
-                                                                        for f in pf]
-        patterns: dict[str, tuple[int, int]] = {}
-        for plan in plans:
-            key = ">".join(plan.slice.tools)
-            a, n = patterns.get(key, (0, 0))
-            patterns[key] = (a + stats[plan.id]["accepted"], n + stats[plan.id]["proposals"])
-        return row, stats, examples, patterns
-
-    def _write_rounds(self, rows: list[dict]) -> None:
-        import io
-
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=ROUND_COLUMNS)
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in ROUND_COLUMNS})
-        atomic_write(self.out / "rounds.csv", buf.getvalue())
-
-    def _map_units(self, r: int, todo: list):
-        """Run a round's units; with an endpoint backend, `concurrency` of them at once (each
-        unit's rollouts are already concurrent requests inside the backend)."""
+    def _map_units(self, r: int, todo: list) -> Iterator[UnitResult]:
+        """A round's units, each as it finishes; with an endpoint backend, `concurrency` of them at
+        once (each unit's rollouts are already concurrent requests inside the backend)."""
         workers = self.cfg.concurrency if self._parallel_ok() else 1
         if workers <= 1:
             for p, plan in todo:
@@ -388,46 +310,49 @@ class Engine:
         """In-process models (hf) run one forward pass at a time: no threads for them."""
         return all(b.caps.parallel for b in (self.engine_llm, self.agent, self.user))
 
+    def _next_plans(self, r: int, plans: list, units: list[CommittedUnit]) -> None:
+        """Round r+1's plans: the reflector's edits of round r's in the light of its units (without
+        evolution, the same plans)."""
+        new = plans
+        if self.cfg.evolution:
+            stats, examples, patterns = plan_feedback(plans, units)
+            self.chooser.reseed(_seed(self.cfg.seed, r, "reflect"))
+            new = reflect(self.domain, plans, stats, examples, self.chooser, self.prompts, r, patterns)
+        save_plans(self._plans_path(r + 1), new)
+        self.prompts.save(self.out / "prompts" / f"round_{r + 1}", new)
+
     def run(self) -> EngineResult:
+        """Every round: plans → units → commit → rounds.csv row → next round's plans."""
         dropped = self.store.recover()
         committed = self.store.committed()
         self._manifest("running", {"recovered_lines_dropped": dropped})
         self._initial_plans()
-        result = EngineResult(out_dir=self.out, resumed_units=len(committed))
-        rows = []
-        total = self.cfg.rounds * self.cfg.num_plans
-        bar = tqdm(total=total, desc=f"engine {self.cfg.domain}", disable=not self.progress,
-                   initial=sum(1 for u in committed if int(u.split("-")[0][1:]) < self.cfg.rounds))
-        shown = {k: sum(u.get(k, 0) for u in committed.values()) for k in ("accepted", "episodes")}
+        bar = tqdm(total=self.cfg.rounds * self.cfg.num_plans, desc=f"engine {self.cfg.domain}",
+                   disable=not self.progress, initial=sum(u["round"] < self.cfg.rounds for u in committed.values()))
+        shown = {k: sum(u.get(k, 0) for u in committed.values()) for k in ("accepted", "episodes")}  # run totals
+        rows: list[RoundRow] = []
         for r in range(self.cfg.rounds):
             plans = load_plans(self._plans_path(r))
             todo = [(p, plan) for p, plan in enumerate(plans) if unit_id(r, p) not in committed]
-            for s in self._map_units(r, todo):
-                shown["accepted"] += s["accepted"]
-                shown["episodes"] += s["episodes"]
+            for result in self._map_units(r, todo):
+                self.store.commit(result)
+                shown["accepted"] += len(result.accepted)
+                shown["episodes"] += len(result.episodes)
                 bar.update(1)
-                bar.set_postfix(round=r, **shown)  # run totals so far
-            row, stats, examples, patterns = self._round_row(r, plans)
-            rows.append(row)
-            self._write_rounds(rows)
-            self._log_wandb(row)
-            nxt = self._plans_path(r + 1)
-            if r + 1 < self.cfg.rounds and not nxt.exists():
-                if self.cfg.evolution:
-                    self.chooser.reseed(_seed(self.cfg.seed, r, "reflect"))
-                    new = reflect(self.domain, plans, stats, examples, self.chooser, self.prompts, r, patterns)
-                else:
-                    new = plans
-                save_plans(nxt, new)
-                self.prompts.save(self.out / "prompts" / f"round_{r + 1}", new)
+                bar.set_postfix(round=r, **shown)
+            units = self.store.units(round=r)
+            rows.append(round_stats(r, plans, units))
+            write_rounds_csv(self.out / "rounds.csv", rows)
+            self._log_wandb(rows[-1].as_dict())
+            if r + 1 < self.cfg.rounds and not self._plans_path(r + 1).exists():
+                self._next_plans(r, plans, units)
         bar.close()
-        result.rounds = rows
-        result.accepted = sum(row["accepted"] for row in rows)
-        self._manifest("complete", {"accepted": result.accepted, "rounds": rows})
+        result = EngineResult(out_dir=self.out, rounds=[row.as_dict() for row in rows],
+                              accepted=sum(row.accepted for row in rows), resumed_units=len(committed))
+        self._manifest("complete", {"accepted": result.accepted, "rounds": result.rounds})
         if self._wandb is not None:
             self._wandb.finish()
         return result
-
 
 def run_engine(cfg: EngineConfig | dict, progress: bool = True, backends: Optional[dict] = None) -> EngineResult:
     """Run (or resume) the data engine; `backends` may pass ready backends {"model", "agent", "user"}."""

@@ -1,67 +1,32 @@
 """Append-only, crash-safe run files.
 
-The engine commits work in *units* (one plan in one round). A unit's lines are appended to
-the data files first (tasks.jsonl, trajectories.jsonl, ...), then one line goes to
-units.jsonl: that line is the commit. On start, `RunStore.recover()` drops every data line
-whose unit has no commit line (work a `kill -9` interrupted) and any torn last line, so a
-rerun redoes exactly the uncommitted units: no accepted record is lost or duplicated.
+The engine commits work in *units* (one plan in one round; kit/engine/records.py). `commit`
+appends a unit's lines to the data files first (tasks.jsonl, trajectories.jsonl, ...), then one
+line to units.jsonl that counts them: that line is the commit. Units commit one at a time, so
+each data file is the committed units' lines, in commit order, then at most the lines of a unit a
+`kill -9` interrupted. On start, `RunStore.recover()` cuts every data file back to the lines its
+commits count (and drops a torn last line), so a rerun redoes exactly the uncommitted units: no
+accepted record is lost or duplicated. `units()` reads committed units back, line counts telling
+which lines are whose.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
-UNIT_RE = re.compile(r"r(\d+)-p(\d+)")
-
-
-def atomic_write(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+from kit.engine.records import DATA_FILES, CommittedUnit, UnitResult
+from kit.files import atomic_write, read_jsonl  # noqa: F401  (the store reads and writes through these)
 
 
 def unit_id(round_idx: int, plan_idx: int) -> str:
     return f"r{round_idx}-p{plan_idx}"
 
 
-def unit_of(line: dict) -> Optional[str]:
-    """The unit a data line belongs to: its `unit` field, or the one in its task id."""
-    if "unit" in line:
-        return line["unit"]
-    tid = line.get("task_id") or line.get("id") or (line.get("task") or {}).get("id") or ""
-    m = UNIT_RE.search(str(tid))
-    return m.group(0) if m else None
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Every complete JSON line; a torn or corrupt line is skipped (recover() removes it)."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.endswith("\n"):
-                break  # torn tail
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
-
-
 class RunStore:
-    DATA_FILES = ("tasks.jsonl", "rl_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
-                  "failures.jsonl", "proposals.jsonl")
+    DATA_FILES = DATA_FILES
 
     def __init__(self, out_dir: str | Path):
         self.dir = Path(out_dir)
@@ -71,34 +36,25 @@ class RunStore:
     def committed(self) -> dict[str, dict]:
         return {u["unit"]: u for u in read_jsonl(self.units_path)}
 
+    def _commits(self) -> list[dict]:
+        units = read_jsonl(self.units_path)
+        old = [u["unit"] for u in units if "lines" not in u]
+        if old:
+            raise RuntimeError(f"{self.units_path}: units {old[:3]} have no line counts (a run folder from an "
+                               "older kit); finish it with that version or start a new out_dir")
+        return units
+
     def recover(self) -> dict[str, int]:
-        """Drop uncommitted and torn lines from every data file; returns lines dropped per file."""
-        done = set(self.committed())
-        self._rewrite(self.units_path, lambda d: True)
+        """Cut every data file back to the lines its commits count (a killed unit's lines and a torn
+        last line go; a torn or corrupt units.jsonl line is no commit); returns lines dropped per file."""
+        _cut(self.units_path, lambda lines: [x for x in lines if _complete_json(x)])
+        units = self._commits()
         dropped = {}
         for name in self.DATA_FILES:
-            n = self._rewrite(self.dir / name, lambda d: unit_of(d) in done)
+            keep = sum(u["lines"].get(name, 0) for u in units)
+            n = _cut(self.dir / name, lambda lines, k=keep: lines[:k])
             if n:
                 dropped[name] = n
-        return dropped
-
-    def _rewrite(self, path: Path, keep: Callable[[dict], bool]) -> int:
-        if not path.exists():
-            return 0
-        raw = path.read_text(encoding="utf-8")
-        lines = raw.splitlines(keepends=True)
-        kept, dropped = [], 0
-        for line in lines:
-            try:
-                d = json.loads(line) if line.endswith("\n") else None
-            except json.JSONDecodeError:
-                d = None
-            if d is not None and keep(d):
-                kept.append(line)
-            else:
-                dropped += 1
-        if dropped:
-            atomic_write(path, "".join(kept))
         return dropped
 
     def append(self, name: str, rows: Iterable[Any]) -> int:
@@ -118,8 +74,44 @@ class RunStore:
             os.fsync(f.fileno())
         return n
 
-    def commit(self, unit: str, summary: dict) -> None:
-        self.append("units.jsonl", [{"unit": unit, **summary}])
+    def commit(self, result: UnitResult) -> dict:
+        """Append a unit's lines to every data file, then its commit line (returned)."""
+        counts = {name: self.append(name, rows) for name, rows in result.lines().items()}
+        line = {"unit": result.unit, **result.summary(), "lines": counts}
+        self.append("units.jsonl", [line])
+        return line
 
-    def rows(self, name: str) -> list[dict]:
-        return read_jsonl(self.dir / name)
+    def units(self, round: Optional[int] = None,
+              files: Iterable[str] = ("proposals.jsonl", "trajectories.jsonl", "failures.jsonl")) -> list[CommittedUnit]:
+        """Committed units (of one round, or all), in commit order, each with its lines of `files`."""
+        data = {name: read_jsonl(self.dir / name) for name in files}
+        at = dict.fromkeys(data, 0)
+        out = []
+        for u in self._commits():
+            rows = {}
+            for name in data:
+                n = u["lines"].get(name, 0)
+                rows[name] = data[name][at[name]: at[name] + n]
+                at[name] += n
+            if round is None or u["round"] == round:
+                out.append(CommittedUnit(summary=u, rows=rows))
+        return out
+
+
+def _complete_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return line.endswith("\n")
+
+
+def _cut(path: Path, keep) -> int:
+    """Rewrite `path` (atomically) to `keep(its lines)` when that drops any; returns lines dropped."""
+    if not path.exists():
+        return 0
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = keep(lines)
+    if len(kept) < len(lines):
+        atomic_write(path, "".join(kept))
+    return len(lines) - len(kept)

@@ -9,7 +9,8 @@ Checks, in order (every failing check becomes a structured reason `{"check", "de
                    evaluation task (the domain's default task set and the kit's held-out set,
                    kit/data): the engine never trains on a solution evaluation scores (the rule
                    kit/eval/leak.py applies to a whole run)
-  policy           coded rules of the domain (POLICY_RULES; none for a domain means none run)
+  policy           the engine's own rule (no transfer to a human) and the domain's coded policy
+                   rules (Domain.policy_violations; kit/envs/rules.py)
   gold_reward      the gold trajectory earns reward 1 from the kit verifier and the checker
   checker_strength the checker (criteria + generated state code) rejects every near-miss
                    mutant that must be rejected (kit/checkers/mutation.py)
@@ -21,7 +22,7 @@ The LLM judge runs only when every executable check passed (it is the expensive 
 from __future__ import annotations
 
 import json
-from typing import Callable, Optional
+from typing import Optional
 
 from kit.checkers.checker import CheckedTask, Checker, run_checker
 from kit.checkers.codegen import state_checker_source
@@ -32,29 +33,13 @@ from kit.engine.prompts import Prompts
 from kit.envs.domain import Domain
 from kit.replay import gold_trajectory
 
-PolicyRule = Callable[[Domain, object], Optional[str]]
 
-
-def _no_transfer(domain: Domain, task) -> Optional[str]:
+def _no_transfer(task) -> Optional[str]:
+    """The engine's rule in every domain: a training task never ends in a hand-off to a human."""
     for a in task.evaluation_criteria.actions or []:
         if a.name == "transfer_to_human_agents":
             return "gold actions must not transfer to a human"
     return None
-
-
-def _airline_cancel_rules(domain: Domain, task) -> Optional[str]:
-    """Airline policy: a reservation with a flown segment cannot be cancelled by the agent."""
-    env = domain.fork(task)
-    for a in task.evaluation_criteria.actions or []:
-        if a.name == "cancel_reservation":
-            res = env.env.tools.db.reservations.get(a.arguments.get("reservation_id"))
-            flights = getattr(res, "flights", []) if res is not None else []
-            if any(getattr(f, "status", None) == "flown" for f in flights):
-                return "airline policy: cannot cancel a reservation with a flown segment"
-    return None
-
-
-POLICY_RULES: dict[str, list[PolicyRule]] = {"*": [_no_transfer], "airline": [_airline_cancel_rules]}
 
 
 _EVAL_KEYS: dict[str, dict] = {}
@@ -106,10 +91,9 @@ def executable_checks(domain: Domain, task) -> list[dict]:
         reasons.append({"check": "changes_state", "detail": "the gold writes leave the database unchanged"})
     if not writes and not crit.communicate_info:
         reasons.append({"check": "changes_state", "detail": "no write and nothing to communicate"})
-    for rule in POLICY_RULES.get("*", []) + POLICY_RULES.get(domain.name, []):
-        why = rule(domain, task)
-        if why:
-            reasons.append({"check": "policy", "detail": why})
+    transfer = _no_transfer(task)
+    for why in ([transfer] if transfer else []) + domain.policy_violations(task):
+        reasons.append({"check": "policy", "detail": why})
     return reasons
 
 

@@ -7,14 +7,21 @@
     obs = env.call_tool("get_user_details", {"user_id": "mia_li_3668"})
     env.diff()                              # records changed so far, old -> new
 
-Domains come from tau2's registry (mock, airline, retail, telecom) or from
-`register_domain` (your own; see docs/adding_a_domain.md).
+Domains come from tau2's registry (mock, airline, retail, telecom), from `register_domain`,
+or from a module named by its dotted path (your own; see docs/adding_a_domain.md):
+
+    dom = load_domain("kit.envs.library")   # imports the module: get_environment(), get_tasks()
+
+A dotted name works wherever a domain name does (a recipe's `domain:`, `kit synthesize --domain`),
+in any process, with nothing to register first. Each domain carries its coded policy rules
+(kit/envs/rules.py), which the engine's validator applies.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import importlib
 import threading
 from collections import OrderedDict
 from typing import Any, Callable, Optional
@@ -23,14 +30,16 @@ from kit import _tau2  # noqa: F401  (sets the offline environment before tau2 l
 from kit.data import HELDOUT_FILES, HELDOUT_SPLIT, heldout_tasks
 from kit.envs.cow import WriteGuard, fork_db, table_fields
 from kit.envs.episode import EpisodeEnv
+from kit.envs.rules import BUILTIN_RULES, PolicyRule
 
 from tau2.data_model.tasks import Task  # noqa: E402
 from tau2.environment.toolkit import ToolType  # noqa: E402
 
 BUILTIN_DOMAINS = ("mock", "airline", "retail", "telecom")
 
-# name -> (environment constructor, tasks loader(split) -> list[Task], default split)
-_CUSTOM: dict[str, tuple[Callable[[], Any], Callable[[Optional[str]], list[Task]], Optional[str]]] = {}
+# name -> (environment constructor, tasks loader(split) -> list[Task], default split, policy rules)
+_CUSTOM: dict[str, tuple[Callable[[], Any], Callable[[Optional[str]], list[Task]], Optional[str],
+                         tuple[PolicyRule, ...]]] = {}
 _LOADED: dict[str, "Domain"] = {}
 _LOCK = threading.Lock()
 
@@ -40,20 +49,52 @@ def register_domain(
     get_environment: Callable[..., Any],
     get_tasks: Optional[Callable[[Optional[str]], list[Task]]] = None,
     default_split: Optional[str] = None,
+    policy_rules: tuple[PolicyRule, ...] | list[PolicyRule] = (),
 ) -> None:
     """Make a domain of your own loadable by name (see docs/adding_a_domain.md).
 
     `get_environment()` returns a tau2 `Environment` (tools = a `ToolKitBase` subclass over
-    a pydantic `DB`); `get_tasks(split)` returns tau2 `Task`s (optional).
+    a pydantic `DB`); `get_tasks(split)` returns tau2 `Task`s (optional); `policy_rules` are
+    the policy's coded rules (kit/envs/rules.py says what a rule is).
     """
     if name in BUILTIN_DOMAINS:
         raise ValueError(f"domain name '{name}' is taken by a built-in τ² domain")
-    _CUSTOM[name] = (get_environment, get_tasks or (lambda split=None: []), default_split)
+    _CUSTOM[name] = (get_environment, get_tasks or (lambda split=None: []), default_split, tuple(policy_rules))
     _LOADED.pop(name, None)
 
 
 def available_domains() -> list[str]:
     return list(BUILTIN_DOMAINS) + sorted(_CUSTOM)
+
+
+def domain_problem(name: str) -> Optional[str]:
+    """Why `name` names no domain `load_domain` can load (None when it names one): neither a
+    built-in nor a registered name, nor the dotted path of an importable module with get_environment()."""
+    if name in BUILTIN_DOMAINS or name in _CUSTOM:
+        return None
+    if "." not in name:
+        return (f"unknown domain '{name}'; available: {', '.join(available_domains())}, or the dotted path of "
+                "a module of your own with get_environment() (e.g. kit.envs.library)")
+    try:
+        module = importlib.import_module(name)
+    except ImportError as e:
+        return f"domain module '{name}' cannot be imported: {e}"
+    if not callable(getattr(module, "get_environment", None)):
+        return f"domain module '{name}' has no get_environment() (see docs/adding_a_domain.md)"
+    return None
+
+
+def _from_module(path: str) -> "Domain":
+    """A domain of one's own named by its module: get_environment() (required), get_tasks(split)
+    and POLICY_RULES (optional), as in a tau2 domain folder. Its name is the environment's own."""
+    problem = domain_problem(path)
+    if problem:
+        raise KeyError(problem)
+    module = importlib.import_module(path)
+    env = module.get_environment()
+    get_tasks = getattr(module, "get_tasks", None) or (lambda split=None: [])
+    return Domain(env.domain_name, env, get_tasks, getattr(module, "DEFAULT_SPLIT", None),
+                  tuple(getattr(module, "POLICY_RULES", ())))
 
 
 def load_domain(name: str) -> "Domain":
@@ -69,8 +110,10 @@ class Domain:
 
     GOLD_CACHE_SIZE = 4096
 
-    def __init__(self, name: str, base_env: Any, get_tasks: Callable, default_split: Optional[str]):
+    def __init__(self, name: str, base_env: Any, get_tasks: Callable, default_split: Optional[str],
+                 policy_rules: tuple[PolicyRule, ...] = ()):
         self.name = name
+        self.policy_rules = policy_rules
         self.base_env = base_env
         self.policy: str = base_env.get_policy()
         self._get_tasks = get_tasks
@@ -90,16 +133,15 @@ class Domain:
     @classmethod
     def _load(cls, name: str) -> "Domain":
         if name in _CUSTOM:
-            get_env, get_tasks, split = _CUSTOM[name]
-            return cls(name, get_env(), get_tasks, split)
+            get_env, get_tasks, split, rules = _CUSTOM[name]
+            return cls(name, get_env(), get_tasks, split, rules)
         if name not in BUILTIN_DOMAINS:
-            raise KeyError(f"unknown domain '{name}'; available: {', '.join(available_domains())}")
-        registry = _tau2.registry
-        base_env = registry.get_env_constructor(name)()
-        loader = registry.get_tasks_loader(name)
+            return _from_module(name)
+        base_env = _tau2.env_constructor(name)()
+        loader = _tau2.tasks_loader(name)
         # tau2's default task set per domain: mock has one list; the others use "base".
         split = None if name == "mock" else "base"
-        return cls(name, base_env, loader, split)
+        return cls(name, base_env, loader, split, BUILTIN_RULES.get(name, ()))
 
     # -- tasks --------------------------------------------------------------------------
     def tasks(self, split: Optional[str] = "default") -> list[Task]:
@@ -121,6 +163,10 @@ class Domain:
         if task_id not in self._task_index:
             raise KeyError(f"task '{task_id}' not found in domain '{self.name}'")
         return self._task_index[task_id]
+
+    def policy_violations(self, task: Task) -> list[str]:
+        """Why the task's gold actions break this domain's coded policy rules (none: [])."""
+        return [why for rule in self.policy_rules if (why := rule(self, task))]
 
     # -- tools --------------------------------------------------------------------------
     def tool(self, name: str, requestor: str = "assistant"):

@@ -1,7 +1,8 @@
 """Recipes: YAML files naming the stages of a run and their parameters, validated whole first.
 
     name: quickstart-cpu
-    domain: mock                  # shared by every stage that has a `domain`
+    domain: mock                  # shared by every stage that has a `domain` (or a module of one's
+                                  # own by its dotted path: kit.envs.library)
     base_model: embedded          # what unset model parameters fall back to
     seed: 0
     defaults: {threads: 2}        # any stage parameter, for every stage that has it
@@ -519,16 +520,15 @@ def _budget_problem(ps: PlannedStage, plan: list[PlannedStage]) -> Optional[tupl
 def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors) -> None:
     """Things a type cannot say: known domains, model folders that exist, split names, episode
     budgets that can score."""
-    from kit.envs import available_domains
+    from kit.envs import domain_problem
 
-    domains = set(available_domains())
     seen_dirs: set[str] = set()
     for ps in plan:
         p = ps.params
         loc = ("stages", ps.index, "params")
-        if "domain" in p and p["domain"] not in domains:
-            errors.add(loc + ("domain",), f"unknown domain '{p['domain']}'; available: {', '.join(sorted(domains))}",
-                       ("stages", ps.index))
+        bad_domain = domain_problem(p["domain"]) if "domain" in p else None  # a dotted name: a module of one's own
+        if bad_domain:
+            errors.add(loc + ("domain",), bad_domain, ("stages", ps.index))
         for name, kind in REFERENCE_FIELDS[ps.stage].items():
             v = p.get(name)
             if not isinstance(v, str) or _is_ref(v) or kind != "model":
@@ -546,7 +546,7 @@ def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors
                 seen_dirs.add(d)
         if ps.stage == "evaluate" and p.get("tasks_file") and not Path(p["tasks_file"]).is_file():
             errors.add(loc + ("tasks_file",), f"file '{p['tasks_file']}' does not exist", ("stages", ps.index))
-        elif spec.check_budgets and p.get("domain") in domains:
+        elif spec.check_budgets and "domain" in p and not bad_domain:
             problem = _budget_problem(ps, plan)
             if problem:
                 errors.add(loc + (problem[0],), problem[1], ("stages", ps.index))
