@@ -130,6 +130,8 @@ BAD = {
                        ":4: stages[0].params.domain: unknown domain 'mars'"),
     "missing model folder": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n    params: {model: /no/such/dir}\n",
                              ":4: stages[0].params.model: model folder '/no/such/dir' does not exist"),
+    "bad model spec": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n    params: {model: 'openai:localhost:8000'}\n",
+                       ":4: stages[0].params.model: openai spec needs an http(s) URL"),
     "arm overrides an unknown parameter": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\narms:\n"
                                            "  - {name: a, set: {synthesize.roundz: 2}}\n",
                                            ":6: arms[0].set.synthesize.roundz: stage 'synthesize' (synthesize) has no "
