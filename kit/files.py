@@ -59,6 +59,12 @@ def read_records(path: str | Path) -> tuple[str, list[tuple[int, Any]]]:
     return "item", list(enumerate(data if isinstance(data, list) else [data], 1))
 
 
+def append_jsonl(path: str | Path, record: Any) -> None:
+    """One JSON line at the end of `path` (dates and paths as strings)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=str) + "\n")
+
+
 def atomic_write(path: str | Path, text: str) -> None:
     """Write `text` to `path` through a temporary file, fsync and rename."""
     path = Path(path)

@@ -8,14 +8,14 @@ tau2's evaluator can score anything the kit produces, and the kit can score tau2
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import datetime
-from typing import Any, Iterator, Literal, Optional
+from typing import Iterator, Literal, Optional
 
 from pydantic import BaseModel, Field
 
 from kit import _tau2  # noqa: F401
+from kit.files import BadLine, iter_jsonl  # noqa: F401  (kit.trajectory.BadLine stays importable)
 from kit.llm.types import ToolCall  # the one ToolCall: backends parse it, trajectories store it
 
 from tau2.data_model import message as tm  # noqa: E402
@@ -134,32 +134,21 @@ def messages_to_tau2(messages: list[Message]) -> list:
     return out
 
 
-class BadLine(ValueError):
-    """One line of a JSONL file that could not be read; names the file and line."""
-
-    def __init__(self, path: str, lineno: int, reason: str):
-        super().__init__(f"{path}:{lineno}: {reason}")
-        self.path, self.lineno, self.reason = path, lineno, reason
 
 
 def read_simulations(path: str) -> Iterator[SimulationRun | BadLine]:
     """Each line of a JSONL file of tau2 SimulationRuns; a bad line yields a BadLine."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                data: Any = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield BadLine(path, lineno, f"not JSON ({e.msg} at column {e.colno})")
-                continue
-            if not isinstance(data, dict) or "task_id" not in data:
-                yield BadLine(path, lineno, "not a SimulationRun object (no 'task_id')")
-                continue
-            try:
-                yield SimulationRun.model_validate(data)
-            except Exception as e:  # pydantic ValidationError: name the first bad field
-                first = getattr(e, "errors", lambda: [{}])()[:1]
-                where = ".".join(str(p) for p in first[0].get("loc", ())) if first else ""
-                msg = first[0].get("msg", str(e)) if first else str(e)
-                yield BadLine(path, lineno, f"invalid SimulationRun field '{where}': {msg}")
+    for lineno, data in iter_jsonl(path):
+        if isinstance(data, BadLine):
+            yield data
+            continue
+        if not isinstance(data, dict) or "task_id" not in data:
+            yield BadLine(path, lineno, "not a SimulationRun object (no 'task_id')")
+            continue
+        try:
+            yield SimulationRun.model_validate(data)
+        except Exception as e:  # pydantic ValidationError: name the first bad field
+            first = getattr(e, "errors", lambda: [{}])()[:1]
+            where = ".".join(str(p) for p in first[0].get("loc", ())) if first else ""
+            msg = first[0].get("msg", str(e)) if first else str(e)
+            yield BadLine(path, lineno, f"invalid SimulationRun field '{where}': {msg}")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -159,16 +158,13 @@ class Engine:
         if not self.cfg.wandb:
             return
         if self._wandb is None:
-            try:
-                import wandb
-            except ImportError:
+            self._wandb, why = M.start_wandb(self.cfg.wandb_project, self.cfg.wandb_group or self.out.name,
+                                             "synthesize", f"synthesize-{self.out.name}", str(self.out),
+                                             self.cfg.model_dump())
+            if self._wandb is None:  # tracking never costs a run: the rounds are in rounds.csv
+                print(f"engine: W&B off ({why})")
                 self.cfg.wandb = False
                 return
-            os.environ.setdefault("WANDB_MODE", "offline")
-            os.environ.setdefault("WANDB_SILENT", "true")
-            self._wandb = wandb.init(project=self.cfg.wandb_project, group=self.cfg.wandb_group or self.out.name,
-                                     job_type="synthesize", dir=str(self.out), config=self.cfg.model_dump(),
-                                     reinit="finish_previous", name=f"synthesize-{self.out.name}")
         self._wandb.log(M.wandb_keys("engine", row), step=row["round"])
 
     # ----- plans ------------------------------------------------------------------------------

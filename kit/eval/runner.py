@@ -25,7 +25,7 @@ import pandas as pd
 from kit import metrics as M
 from kit._tau2 import TAU2_VERSION
 from kit.envs import load_domain
-from kit.files import BadLine, read_records
+from kit.files import BadLine, atomic_write, read_records
 from kit.eval.config import EvalConfig
 from kit.eval.leak import gold_action_keys, leak_report, training_action_keys, training_files
 from kit.eval.passk import pass1_ci, pass_k_table
@@ -52,6 +52,12 @@ class EvalResult:
     def to_json(self) -> dict:
         return {"passk": {str(k): v for k, v in self.passk.items()}, "meta": self.meta,
                 "config": asdict(self.config), "episodes": self.episodes.to_dict(orient="records")}
+
+    def write(self, out: str | Path) -> None:
+        """eval.json (everything) and episodes.csv (one row per episode) into the folder `out`."""
+        out = Path(out)
+        atomic_write(out / "eval.json", json.dumps(self.to_json(), indent=2, default=str))
+        self.episodes.to_csv(out / "episodes.csv", index=False)
 
 
 def load_tasks_file(path: str) -> list:
@@ -205,6 +211,5 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         meta["tau2_agreement"] = float(df["agree"].mean())
     res = EvalResult(cfg, df, passk, meta)
     if out:
-        (out / "eval.json").write_text(json.dumps(res.to_json(), indent=2, default=str), encoding="utf-8")
-        df.to_csv(out / "episodes.csv", index=False)
+        res.write(out)
     return res

@@ -30,9 +30,10 @@ from typing import Any, Optional
 import pandas as pd
 
 from kit import metrics as M
-from kit.runner import paper
+from kit.files import read_json, write_json
 from kit.llm.spec import ModelSpec
-from kit.runner.manifest import read_json, write_json
+from kit.runner import paper
+from kit.stages import outputs_class
 
 FAILURE_COLUMNS = ["failures_task", "failures_agent", "failures_user", "failures_undetermined"]
 
@@ -113,17 +114,22 @@ def collect(run_dir: str | Path) -> dict:
                 out["warnings"].append({"stage": e["key"], "warning": w})
         common = {"key": e["key"], "id": e["id"], "arm": e.get("arm"), "dir": d, "summary": info.get("summary") or {},
                   "params": e.get("params") or {}}
-        if e["stage"] == "synthesize" and (d / "rounds.csv").exists():
-            out["engine"].append({**common, "rounds": pd.read_csv(d / "rounds.csv")})
+        if e["stage"] == "report" or info.get("status") != "complete":
+            continue
+        try:  # what the stage wrote, read back as its Outputs model (kit/stages)
+            res = outputs_class(e["stage"]).from_stage_json(info)
+        except ValueError as err:
+            out["warnings"].append({"stage": e["key"], "warning": f"stage.json does not read as the stage's Outputs "
+                                    f"(written by another kit version? rerun the stage): {str(err)[:300]}"})
+            continue
+        if e["stage"] == "synthesize" and "rounds" in res.files:
+            out["engine"].append({**common, "rounds": res.rounds_table()})
         elif e["stage"] in ("sft_user", "sft_agent"):
-            curve = read_json(d / "model" / "loss_curve.json") or []
-            out["sft"].append({**common, "role": e["stage"][4:], "curve": curve,
-                               "metrics": read_json(d / "model" / "sft_metrics.json") or {}})
-        elif e["stage"] == "grpo" and (d / "metrics.jsonl").exists():
-            rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
-            out["grpo"].append({**common, "history": pd.DataFrame(rows)})
-        elif e["stage"] == "evaluate" and (d / "eval.json").exists():
-            ev = read_json(d / "eval.json") or {}
+            out["sft"].append({**common, "role": e["stage"][4:], "curve": res.loss_curve(), "outputs": res})
+        elif e["stage"] == "grpo":
+            out["grpo"].append({**common, "history": res.history()})
+        elif e["stage"] == "evaluate":
+            ev = res.eval_json()
             out["evals"].append({**common, "passk": {int(k): v for k, v in (ev.get("passk") or {}).items()},
                                  "meta": ev.get("meta") or {}, "episodes": pd.DataFrame(ev.get("episodes") or [])})
     # engine runs shared between arms appear once per arm in the manifest: keep one
@@ -516,10 +522,10 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
         sf = Section("SFT: loss curves")
         rows = []
         for r in data["sft"]:
-            s, mt = r["summary"], r["metrics"]
-            rows.append({"stage": r["key"], "data": s.get("data_source"), "samples": mt.get("samples"),
-                         "steps": mt.get("steps"), "first loss": mt.get("first_loss"), "final loss": mt.get("final_loss"),
-                         "tokens trained": mt.get("tokens_trained"), "wall s": mt.get("wall_time_s"),
+            o = r["outputs"]
+            rows.append({"stage": r["key"], "data": o.data_source, "samples": o.samples,
+                         "steps": o.steps, "first loss": o.first_loss, "final loss": o.final_loss,
+                         "tokens trained": o.tokens_trained, "wall s": o.wall_time_s,
                          "start model": _short(r["params"].get("model"), run_dir)})
         sf.table(pd.DataFrame(rows))
         figures.append(fig_sft(data["sft"], out / "sft_loss.png"))

@@ -81,6 +81,12 @@ class Outputs(StageOutputs):
     def pass1(self) -> Optional[float]:
         return self.passk.get("1")
 
+    def eval_json(self) -> dict:
+        """eval.json: pass^k, meta (protocol, user fidelity, leak check), config and every episode."""
+        from kit.files import read_json
+
+        return read_json(self.files["eval"]) or {}
+
 
 def run(config: Config, st):
     """Leak check, then the episodes; returns (Outputs, the kit.eval result with its episodes)."""

@@ -85,6 +85,14 @@ class Outputs(StageOutputs):
     reward_first: Optional[float] = None
     reward_last: Optional[float] = None
 
+    def history(self):
+        """metrics.jsonl as a data frame: one row per step, columns named in kit.metrics."""
+        import pandas as pd
+
+        from kit.files import read_jsonl
+
+        return pd.DataFrame(read_jsonl(self.files["metrics"]))
+
 
 def training_tasks(config: Config, dom, st) -> tuple[list, dict, str]:
     """(tasks, checked tasks by id, where they came from)."""
@@ -126,6 +134,7 @@ def run(config: Config, st) -> Outputs:
 
     from kit.checkers.checker import run_checker
     from kit.envs import load_domain
+    from kit.files import append_jsonl
     from kit.llm.spec import ModelSpec
     from kit.train.grpo import GRPOTrainer
     from kit.verify import verify
@@ -158,8 +167,7 @@ def run(config: Config, st) -> Outputs:
 
     def on_step(m: dict) -> None:
         st.log("grpo", m, step=m["step"])
-        with open(metrics_file, "a", encoding="utf-8") as f:
-            f.write(json.dumps(m, default=str) + "\n")
+        append_jsonl(metrics_file, m)
         print(f"step {m['step']}: reward {m[M.REWARD_MEAN]:.3f}, filtered {m[M.FILTERED_FRAC]:.2f}, "
               f"loss {m.get(M.LOSS, float('nan')):.4g}, {m[M.STEP_TIME]:.0f}s"
               + (f" SKIPPED: {m['skip_reason']}" if m["skipped"] else ""))

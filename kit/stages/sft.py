@@ -74,6 +74,14 @@ class Outputs(StageOutputs):
     steps: int = Field(description="Optimizer steps run.")
     first_loss: Optional[float] = None
     final_loss: Optional[float] = None
+    tokens_trained: Optional[int] = Field(default=None, description="Tokens that reached the loss.")
+    wall_time_s: Optional[float] = Field(default=None, description="Training wall time.")
+
+    def loss_curve(self) -> list:
+        """[(optimizer step, loss)] as logged."""
+        from kit.files import read_json
+
+        return read_json(self.files["loss_curve"]) or []
 
 
 def training_samples(config: Config, role: str, st) -> tuple[list, str]:
@@ -135,4 +143,5 @@ def run(config: Config, st, role: Optional[str] = None) -> Outputs:
     return Outputs(files={"model": str(st.out_dir / "model"),
                           "loss_curve": str(st.out_dir / "model" / "loss_curve.json")},
                    data_source=data_source, samples=metrics["samples"], steps=metrics["steps"],
-                   first_loss=metrics["first_loss"], final_loss=metrics["final_loss"])
+                   first_loss=metrics["first_loss"], final_loss=metrics["final_loss"],
+                   tokens_trained=metrics.get("tokens_trained"), wall_time_s=metrics.get("wall_time_s"))

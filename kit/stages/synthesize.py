@@ -64,6 +64,12 @@ class Outputs(StageOutputs):
     proposals: int = Field(description="Task proposals, all rounds.")
     lines: dict[str, int] = Field(description="Lines of each output file.")
 
+    def rounds_table(self):
+        """rounds.csv as a data frame: one row per round, the engine's round statistics."""
+        import pandas as pd
+
+        return pd.read_csv(self.files["rounds"])
+
 
 def run(config: Config, st) -> Outputs:
     """Run the engine into the stage folder; warn when a later stage will have to fall back."""

@@ -377,6 +377,13 @@ def run_sft(samples_or_path: Any, config: SFTConfig | None = None) -> dict:
         "output_dir": str(out),
         "config": asdict(config),
     }
-    (out / "loss_curve.json").write_text(json.dumps(curve))
+    write_loss_curve(out, curve)
     (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
     return metrics
+
+
+def write_loss_curve(folder: str | Path, curve: list) -> Path:
+    """loss_curve.json in `folder`: [[optimizer step, loss], ...] (what the SFT stage's Outputs read)."""
+    path = Path(folder) / "loss_curve.json"
+    path.write_text(json.dumps(curve))
+    return path
