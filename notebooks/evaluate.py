@@ -72,7 +72,8 @@ out, res = evaluate.run(st.config, st)
 display(pd.Series(out.summary()))
 display(res.episodes.groupby("task_id")["reward"].agg(["mean", "count"]))
 display(res.episodes["termination"].value_counts())
-rows = pd.DataFrame([{"evaluation": out.label, "pass^1": out.pass1, "ci_low": out.ci95[0], "ci_high": out.ci95[1]}])
+lo, hi = out.pass1_ci95 or [None, None]
+rows = pd.DataFrame([{"evaluation": out.label, "pass^1": out.pass1, "ci_low": lo, "ci_high": hi}])
 display(Image(filename=str(fig_pass1(rows, st.out_dir / "pass1.png"))))
 
 # %%

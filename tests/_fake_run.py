@@ -39,7 +39,7 @@ def _eval(st: Stage, rewards: dict[str, list[float]], label: str, domain: str = 
     EvalResult(EvalConfig(domain=domain, model=model, trials=n), eps, passk, meta).write(st.out_dir)
     st.finish(outputs_class("evaluate")(
         files={"eval": str(st.out_dir / "eval.json"), "episodes": str(st.out_dir / "episodes.csv")}, label=label,
-        passk={str(k): v for k, v in passk.items()}, ci95=[None, None], model=model, user_model="embedded",
+        passk={str(k): v for k, v in passk.items()}, model=model, user_model="embedded",
         tasks=len(rewards), trials=n, user_deviation_rate=meta[M.USER_DEVIATION_RATE]))
 
 

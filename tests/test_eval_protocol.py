@@ -10,7 +10,7 @@ import pytest
 from kit.envs import load_domain
 from kit.eval import EvalConfig, evaluate
 from kit.eval.leak import action_key, gold_action_keys, leak_report, run_training_data, training_action_keys
-from kit.eval.passk import pass1_ci, pass_k_table
+from kit.eval.passk import pass1_interval, pass_k_table
 from kit.replay import gold_actions, trajectory_from_actions
 from kit.rollout.fidelity import proper_end, request_stated, required_user_values
 from kit.trajectory import TERMINATION_REASONS, Message, Trajectory
@@ -87,18 +87,18 @@ def test_proper_end_on_each_termination(mock, reason):
 def test_bootstrap_interval_contains_the_mean_and_is_reproducible():
     results = {f"t{i}": [1.0, 0.0, 1.0, 1.0] if i % 3 else [0.0, 0.0, 0.0, 1.0] for i in range(12)}
     p1 = pass_k_table(results, max_k=1)[1]
-    lo, hi = pass1_ci(results)
-    assert 0.0 <= lo <= p1 <= hi <= 1.0 and lo < hi
-    assert pass1_ci(results) == (lo, hi)  # fixed seed
-    lo99, hi99 = pass1_ci(results, ci=0.99)
+    point, lo, hi = pass1_interval(results)
+    assert point == pytest.approx(p1) and 0.0 <= lo <= p1 <= hi <= 1.0 and lo < hi
+    assert pass1_interval(results) == (point, lo, hi)  # fixed seed
+    _, lo99, hi99 = pass1_interval(results, ci=0.99)
     assert lo99 <= lo and hi <= hi99
 
 
 def test_bootstrap_interval_is_a_point_when_every_trial_succeeds_or_fails():
-    assert pass1_ci({"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [1.0, 1.0]}) == (1.0, 1.0)
-    assert pass1_ci({"a": [0.0], "b": [0.5]}) == (0.0, 0.0)  # partial reward is not a success
+    assert pass1_interval({"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [1.0, 1.0]}) == (1.0, 1.0, 1.0)
+    assert pass1_interval({"a": [0.0], "b": [0.5]}) == (0.0, 0.0, 0.0)  # partial reward is not a success
     with pytest.raises(ValueError):
-        pass1_ci({})
+        pass1_interval({})
 
 
 # ----- leak check --------------------------------------------------------------------------------

@@ -44,25 +44,26 @@ def pass_k_table(results: dict[str, list[float]], max_k: int = 4) -> dict[int, f
     return out
 
 
-def pass1_ci(results: dict[str, list[float]], ci: float = 0.95, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval for pass^1, resampling tasks (with replacement).
+def pass1_interval(results: dict[str, list[float]], ci: float = 0.95, n_boot: int = 2000,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """pass^1 and its percentile bootstrap interval: (point, low, high). The kit's one interval
+    (evaluation meta, stage outputs, report).
 
-    pass^1 = mean over tasks of the task's success rate (success: `is_success`). Fixed seed: the
-    same results always give the same interval. One task or every task alike gives a point."""
-    import random
+    pass^1 = mean over tasks of the task's success rate (success: `is_success`). Each resample draws
+    tasks with replacement, then the trials of each drawn task with replacement, so both the task
+    sample and trial noise widen the interval. Fixed seed: the same results give the same interval;
+    one task with one outcome, or every task alike, gives a point."""
+    import numpy as np
 
-    rates = [sum(map(is_success, r)) / len(r) for r in results.values() if r]
-    if not rates:
+    groups = [np.asarray([is_success(x) for x in r], dtype=float) for r in results.values() if r]
+    if not groups:
         raise ValueError("no results to score")
-    rng = random.Random(seed)
-    n = len(rates)
-    stats = sorted(sum(rates[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
-    a = (1 - ci) / 2
-
-    def q(p: float) -> float:  # linear interpolation, as numpy.quantile's default
-        pos = p * (len(stats) - 1)
-        i = int(pos)
-        j = min(i + 1, len(stats) - 1)
-        return stats[i] + (stats[j] - stats[i]) * (pos - i)
-
-    return (q(a), q(1 - a))
+    point = float(np.mean([g.mean() for g in groups]))
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_boot)
+    k = len(groups)
+    for b in range(n_boot):
+        picks = rng.integers(0, k, size=k)
+        stats[b] = np.mean([groups[i][rng.integers(0, len(groups[i]), size=len(groups[i]))].mean() for i in picks])
+    lo, hi = np.quantile(stats, [(1 - ci) / 2, 1 - (1 - ci) / 2])
+    return point, float(lo), float(hi)

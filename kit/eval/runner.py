@@ -28,7 +28,7 @@ from kit.envs import load_domain
 from kit.files import BadLine, atomic_write, read_records
 from kit.eval.config import EvalConfig
 from kit.eval.leak import gold_action_keys, leak_report, training_action_keys, training_files
-from kit.eval.passk import pass1_ci, pass_k_table
+from kit.eval.passk import pass1_interval, pass_k_table
 from kit.llm.types import SamplingParams
 from kit.rollout.fidelity import proper_end, request_stated, user_deviations
 from kit.rollout.loop import RolloutConfig, run_episodes, step_budget_warning
@@ -203,7 +203,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         M.USER_DEVIATION_RATE: float((df["user_deviations"] > 0).mean()) if len(df) else None,
         M.REQUEST_STATED_RATE: _rate(df["request_stated"]) if len(df) else None,
         M.PROPER_END_RATE: _rate(df["proper_end"]) if len(df) else None,
-        M.PASS1_CI95: list(pass1_ci({k: v for k, v in by_task.items() if v})) if len(df) else None,
+        M.PASS1_CI95: list(pass1_interval({k: v for k, v in by_task.items() if v})[1:]) if len(df) else None,
         "leak": leak,
         "warnings": [w for w in (budget_warning, leak_warning) if w],
     }

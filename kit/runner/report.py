@@ -70,21 +70,12 @@ class Report:
 
 
 def bootstrap_pass1(episodes: pd.DataFrame, n: int = 2000, ci: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
-    """pass^1 and a percentile bootstrap interval, resampling tasks, then trials within each task."""
-    import numpy as np
+    """pass^1 and its interval (kit.eval.passk.pass1_interval) of an evaluation's episodes table."""
+    from kit.eval.passk import pass1_interval
 
     if episodes is None or not len(episodes):
         return (math.nan, math.nan, math.nan)
-    groups = [np.asarray(g["reward"].to_numpy() == 1.0, dtype=float) for _, g in episodes.groupby("task_id")]
-    point = float(np.mean([g.mean() for g in groups]))
-    rng = np.random.default_rng(seed)
-    stats = np.empty(n)
-    k = len(groups)
-    for b in range(n):
-        picks = rng.integers(0, k, size=k)
-        stats[b] = np.mean([groups[i][rng.integers(0, len(groups[i]), size=len(groups[i]))].mean() for i in picks])
-    lo, hi = np.quantile(stats, [(1 - ci) / 2, 1 - (1 - ci) / 2])
-    return point, float(lo), float(hi)
+    return pass1_interval({t: list(g["reward"]) for t, g in episodes.groupby("task_id")}, ci, n, seed)
 
 
 # ----- reading a run -----------------------------------------------------------------------------

@@ -66,7 +66,6 @@ class Config(ModelStageConfig):
 class Outputs(StageOutputs):
     label: str
     passk: dict[str, float] = Field(description="pass^k for k = 1..trials.")
-    ci95: list[Optional[float]] = Field(description="95% bootstrap interval of pass^1 over tasks.")
     model: str
     user_model: str
     tasks: int
@@ -75,7 +74,8 @@ class Outputs(StageOutputs):
     request_stated_rate: Optional[float] = None
     proper_end_rate: Optional[float] = None
     leak: Optional[dict] = None
-    pass1_ci95: Optional[list] = None
+    pass1_ci95: Optional[list] = Field(default=None, description="95% bootstrap interval of pass^1 "
+                                       "(kit.eval.passk.pass1_interval: tasks, then trials, resampled).")
 
     @property
     def pass1(self) -> Optional[float]:
@@ -92,7 +92,6 @@ def run(config: Config, st):
     """Leak check, then the episodes; returns (Outputs, the kit.eval result with its episodes)."""
     from kit.eval import evaluate
     from kit.eval.leak import run_training_data
-    from kit.runner.report import bootstrap_pass1
     from kit.llm.spec import ModelSpec
 
     agent_spec = str(ModelSpec.parse(config.model or "embedded", folder_kind=config.backend))
@@ -109,9 +108,8 @@ def run(config: Config, st):
     st.log("eval", {M.pass_k(k): v for k, v in res.passk.items()}
            | {k: res.meta[k] for k in (M.USER_DEVIATION_RATE, M.REQUEST_STATED_RATE, M.PROPER_END_RATE)
               if res.meta.get(k) is not None})
-    _, lo, hi = bootstrap_pass1(res.episodes)
     out = Outputs(files={"eval": str(st.out_dir / "eval.json"), "episodes": str(st.out_dir / "episodes.csv")},
-                  label=config.label or st.key, passk={str(k): v for k, v in res.passk.items()}, ci95=[lo, hi],
+                  label=config.label or st.key, passk={str(k): v for k, v in res.passk.items()},
                   model=agent_spec, user_model=user_spec, tasks=res.meta["tasks"], trials=config.trials,
                   user_deviation_rate=res.meta[M.USER_DEVIATION_RATE], pass1_ci95=res.meta.get(M.PASS1_CI95),
                   request_stated_rate=res.meta.get(M.REQUEST_STATED_RATE),
