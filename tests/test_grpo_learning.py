@@ -41,7 +41,8 @@ def single_turn(max_new_tokens: int):
         for t, (c,) in zip(tasks, outs):
             content = c.raw if c.parse_errors and not c.tool_calls else c.text
             msgs = [Message(role="user", content=t.prompt),
-                    Message(role="assistant", content=content, meta={"completion_tokens": c.completion_tokens})]
+                    Message(role="assistant", content=content,
+                            meta={"completion_tokens": c.completion_tokens, "token_ids": c.token_ids})]
             trajs.append(Trajectory(task_id=t.id, messages=msgs, termination_reason="agent_stop"))
         return trajs
 
@@ -130,7 +131,9 @@ def test_rows_hold_the_rendered_prompt_then_exactly_the_sampled_tokens(tokenizer
         assert tokenizer.decode(row.ids[:n]) == prompt
         body = [t for t in row.ids[n:] if t not in tr.backend.skip_ids]
         assert tokenizer.decode(body).strip() == traj.messages[-1].content.strip()  # the parser strips text
-    # each recorded completion is used once; the same turn asked again finds nothing
+        assert row.ids[n:] == traj.messages[-1].meta["token_ids"]
+    # a generated turn whose backend reported no ids is skipped and counted, never re-tokenized
+    del trajs[0].messages[-1].meta["token_ids"]
     assert trajectory_rows(tr.backend, trajs[0], SYSTEM, None, 0.5, 0) == ([], 1)
 
 

@@ -23,7 +23,7 @@ from kit.rollout.prompts import (
     agent_system_prompt,
     user_system_prompt,
 )
-from kit.train.sequences import RecordingHFBackend, message_signature, trajectory_rows
+from kit.train.sequences import trajectory_rows
 from kit.train.sft import SFTConfig, prepare_sft, run_sft
 from kit.train.sft_data import (
     AGENT_FILE,
@@ -77,9 +77,9 @@ def test_agent_samples_are_the_rows_grpo_trains_on(mock, mock_samples, tokenizer
     assert len(agent) == len(turns) > 0
     assert len(user) == sum(1 for t in trajs for m in t.messages if m.role == "user" and m.has_text()) > 0
 
-    # GRPO's rows for the same turns: record each turn's completion ids under the SFT prompt; a
-    # row comes back only if trajectory_rows renders exactly that prompt for the turn.
-    backend = RecordingHFBackend(path=model_path)
+    # GRPO's rows for the same turns: each turn carries its completion ids as sampled ids; the
+    # row's prompt part is what trajectory_rows renders for the turn, checked against the SFT prompt.
+    backend = HFBackend(path=model_path)
     system, tools = agent_system_prompt(dom.policy), dom.tool_schemas("assistant")
     by_traj = {}
     for s in agent:
@@ -91,7 +91,7 @@ def test_agent_samples_are_the_rows_grpo_trains_on(mock, mock_samples, tokenizer
         for s in samples:
             m = traj.messages[s.message_index]
             m.meta["completion_tokens"] = len(_ids(tokenizer, s.completion))  # "sampled in this rollout"
-            backend.records[s.prompt].append((message_signature(m), _ids(tokenizer, s.completion)))
+            m.meta["token_ids"] = _ids(tokenizer, s.completion)
         rows, unmatched = trajectory_rows(backend, traj, system, tools, advantage=1.0, group=0)
         assert unmatched == 0
         assert len(rows) == len(samples)

@@ -51,12 +51,13 @@ from typing import Any
 import torch
 
 from kit import metrics as M
+from kit.llm.hf import HFBackend
 from kit.llm.types import SamplingParams
 from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
 from kit.train.grpo_config import GRPOConfig
 from kit.train.grpo_math import filter_groups, group_advantages, ppo_clip_loss
-from kit.train.sequences import RecordingHFBackend, Row, token_logprobs, trajectory_rows
+from kit.train.sequences import Row, token_logprobs, trajectory_rows
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class GRPOTrainer:
         opt = torch.optim.AdamW(model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         self.model, self.opt = self.acc.prepare(model, opt)
         self.policy = self.acc.unwrap_model(self.model)
-        self.backend = RecordingHFBackend(model=self.policy, tokenizer=tokenizer)
+        self.backend = HFBackend(model=self.policy, tokenizer=tokenizer)  # completions carry their token ids
         self.ref = None
         if self.cfg.kl_coef > 0:
             self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
@@ -288,7 +289,6 @@ class GRPOTrainer:
     def step(self) -> dict:
         """One GRPO step; returns its metrics. A skipped step says why (`skip_reason`)."""
         t0 = time.perf_counter()
-        self.backend.clear_records()
         kept, seen, m = self._collect()
         m.update(self._episode_metrics(seen))
         m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": ""})
@@ -314,7 +314,6 @@ class GRPOTrainer:
         if reason:
             m.update({"skipped": 1, "skip_reason": reason, f"skipped/{reason}": 1})
         m[M.STEP_TIME] = time.perf_counter() - t0
-        self.backend.clear_records()
         self._log(m)
         self.step_idx += 1
         return m

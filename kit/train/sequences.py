@@ -6,27 +6,25 @@ tokenizes it) followed by the token ids the policy actually sampled for that tur
 mask 1 on the sampled ids only. Earlier assistant turns inside the prompt are context (mask 0):
 they are trained in their own row, so each generated token is counted exactly once.
 
-Why the sampled ids, not a re-tokenization: decoding and re-encoding a completion can give other
-ids (BPE merges, dropped special tokens), and the loss would then score tokens the policy never
-sampled. `RecordingHFBackend` keeps, per prompt text, the ids each completion came from; a row is
-built only for an assistant message whose completion was recorded (the fixed opening greeting and
-replayed history are never trained on). When stop strings cut a completion mid-token-run, the
-recorded ids still hold the tokens up to the stop (the agent's sampling uses no stop strings).
+The sampled ids travel with the completion into the trajectory (message meta `token_ids`, see
+kit.rollout.loop), so a row is built only for an assistant message generated in this rollout by a
+backend that reports its ids (the fixed opening greeting and replayed history carry none and are
+never trained on). Why the sampled ids, not a re-tokenization: decoding and re-encoding a
+completion can give other ids (BPE merges, dropped special tokens), and the loss would then score
+tokens the policy never sampled. When a stop string cuts a completion's text, the ids still hold
+the tokens up to the stop (the agent's sampling uses no stop strings).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from kit.llm.hf import HFBackend
-from kit.llm.types import Completion, SamplingParams
 from kit.rollout.views import agent_view
 from kit.train.grpo_math import assistant_token_mask
-from kit.trajectory import Message, Trajectory
+from kit.trajectory import Trajectory
 
 
 @dataclass
@@ -39,91 +37,30 @@ class Row:
     group: int
 
 
-def completion_signature(c: Completion) -> tuple[str, tuple[str, ...]]:
-    """What the rollout loop stores of a completion (kit.rollout.loop._apply): its content and
-    tool-call names. Text with an unparseable tool call is stored raw."""
-    content = c.raw if (c.parse_errors and not c.tool_calls) else (c.text or "")
-    return content, tuple(tc.name for tc in c.tool_calls)
-
-
-def message_signature(m: Message) -> tuple[str, tuple[str, ...]]:
-    return m.content or "", tuple(tc.name for tc in m.tool_calls or [])
-
-
-class RecordingHFBackend(HFBackend):
-    """An HFBackend that remembers the token ids of every completion it sampled, by prompt text.
-
-    Hooks HFBackend's per-chunk `_generate` and per-row `_completion`; if a future HFBackend stops
-    calling them, the completion's raw text is re-tokenized instead (and counted in `fallbacks`).
-    """
-
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.records: dict[str, list[tuple[tuple[str, tuple[str, ...]], list[int]]]] = defaultdict(list)
-        self.fallbacks = 0
-        self._ids: list[list[int]] = []
-
-    def clear_records(self) -> None:
-        self.records.clear()
-
-    def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
-        self._ids = []
-        outs = super()._generate(prompts, params)
-        sampled = self._ids if len(self._ids) == len(outs) else [None] * len(outs)
-        for prompt, ids, c in zip(prompts, sampled, outs):
-            if ids is None:
-                self.fallbacks += 1
-                ids = self.tokenizer(c.raw, add_special_tokens=False)["input_ids"]
-                if c.finish_reason != "length":
-                    ids = ids + [min(self.eos_ids)]
-            self.records[prompt].append((completion_signature(c), ids))
-        return outs
-
-    def _completion(self, ids: list[int], prompt_tokens: int, stop: list[str]) -> Completion:
-        c = super()._completion(ids, prompt_tokens, stop)
-        cut = next((i for i, t in enumerate(ids) if t in self.eos_ids), None)
-        if cut is not None:
-            body = ids[: cut + 1]  # the end-of-turn token is sampled too: the policy learns to stop
-        else:
-            body = list(ids)
-            while body and body[-1] == self.pad_id:
-                body.pop()
-        self._ids.append(body)
-        return c
-
-    def take(self, prompt: str, signature: tuple[str, tuple[str, ...]]) -> list[int] | None:
-        """Pop the recorded ids of a completion of `prompt` matching `signature` (None if none)."""
-        recs = self.records.get(prompt) or []
-        for k, (sig, ids) in enumerate(recs):
-            if sig == signature:
-                del recs[k]
-                return ids
-        return None
-
-
 def trajectory_rows(
-    backend: RecordingHFBackend,
+    backend: Any,
     traj: Trajectory,
     system: str,
     tools: list[dict] | None,
     advantage: float,
     group: int,
 ) -> tuple[list[Row], int]:
-    """Rows for every generated assistant turn of `traj`, and how many generated turns had no
-    recorded completion (those are skipped, never re-tokenized into the loss)."""
-    rows, unmatched = [], 0
+    """Rows for every generated assistant turn of `traj`, and how many generated turns carry no
+    sampled `token_ids` (those are skipped, never re-tokenized into the loss). `backend` renders
+    and tokenizes the prompts: the one that sampled the turns (caps.tokenizer)."""
+    rows, missing = [], 0
     for i, m in enumerate(traj.messages):
         if m.role != "assistant" or "completion_tokens" not in m.meta:  # not sampled in this rollout
             continue
-        prompt = backend.render(agent_view(traj.messages[:i], system), tools)
-        sampled = backend.take(prompt, message_signature(m))
+        sampled = m.meta.get("token_ids")
         if not sampled:
-            unmatched += 1
+            missing += 1
             continue
+        prompt = backend.render(agent_view(traj.messages[:i], system), tools)
         prompt_ids = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        ids, mask = assistant_token_mask([("prompt", prompt_ids), ("completion", sampled)])
+        ids, mask = assistant_token_mask([("prompt", prompt_ids), ("completion", list(sampled))])
         rows.append(Row(ids, mask, advantage, group))
-    return rows, unmatched
+    return rows, missing
 
 
 def token_logprobs(
