@@ -50,6 +50,23 @@ def test_native_tool_calls_in_a_response_are_decoded():
     assert (c.prompt_tokens, c.completion_tokens, c.finish_reason) == (50, 9, "tool_calls")
 
 
+def test_returned_logprobs_and_token_ids_travel_on_the_completion():
+    """A choice with `logprobs.content` (OpenAI's format; vLLM names tokens "token_id:<id>" with
+    return_tokens_as_token_ids): the completion carries them, and caps says so for such a backend."""
+    entries = [{"token": "token_id:42", "logprob": -0.5}, {"token": "token_id:7", "logprob": -1.25}]
+    choice = {"finish_reason": "stop", "message": {"role": "assistant", "content": "Hi"}, "logprobs": {"content": entries}}
+    plain = OpenAIBackend("http://unused/v1", "m")
+    assert not plain.caps.logprobs and not plain.caps.token_ids
+    c = plain._completion(choice, None, 1)
+    assert (c.token_ids, c.logprobs) == ([42, 7], [-0.5, -1.25])
+    named = {**choice, "logprobs": {"content": [{**e, "token": "Hi"} for e in entries]}}
+    c = plain._completion(named, None, 1)
+    assert (c.token_ids, c.logprobs) == (None, [-0.5, -1.25])
+    assert plain._completion({"message": {"content": "Hi"}}, None, 1).logprobs is None
+    asking = OpenAIBackend("http://unused/v1", "m", extra_body={"logprobs": True, "return_tokens_as_token_ids": True})
+    assert asking.caps.logprobs and asking.caps.token_ids and asking.caps.parallel
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The embedded SmolLM2 folder as saved: its stock template ignores `tools`."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from kit.llm.capabilities import Capabilities
 from kit.llm.toolcalls import new_call_id, parse_tool_calls, render_tool_call, to_prompt_messages
 from kit.llm.types import (
     Backend,
@@ -57,7 +58,9 @@ class OpenAIBackend(Backend):
         timeout: seconds per request.
         max_attempts: tries per request before `EndpointError` (1 = no retry).
         backoff_base, backoff_max: retry waits are base * 2**k seconds, capped, with jitter.
-        extra_body: extra JSON fields for every request (server-specific knobs).
+        extra_body: extra JSON fields for every request (server-specific knobs). With
+            `"logprobs": true` completions carry the returned `logprobs` (caps.logprobs); with vLLM's
+            `"return_tokens_as_token_ids": true` as well, also the sampled `token_ids` (caps.token_ids).
     """
 
     def __init__(
@@ -86,6 +89,9 @@ class OpenAIBackend(Backend):
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.extra_body = dict(extra_body or {})
+        logprobs = bool(self.extra_body.get("logprobs"))
+        self.caps = Capabilities(logprobs=logprobs,
+                                 token_ids=logprobs and bool(self.extra_body.get("return_tokens_as_token_ids")))
         self.server_ignores_n = False
         self._loops: dict[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
 
@@ -260,7 +266,21 @@ class OpenAIBackend(Backend):
             # usage is summed over choices; a per-choice count exists only for one choice
             completion_tokens=usage.get("completion_tokens") if n_choices == 1 else None,
             finish_reason="tool_calls" if calls else choice.get("finish_reason"),
+            **_sampled(choice),
         )
+
+
+def _sampled(choice: dict) -> dict[str, Any]:
+    """`logprobs` (and `token_ids`, when the server names tokens "token_id:<id>" as vLLM's
+    `return_tokens_as_token_ids` does) from a choice's `logprobs.content`; {} when it has none."""
+    entries = (choice.get("logprobs") or {}).get("content") or []
+    if not entries:
+        return {}
+    out: dict[str, Any] = {"logprobs": [float(e["logprob"]) for e in entries]}
+    tokens = [str(e.get("token", "")) for e in entries]
+    if all(t.startswith("token_id:") and t[9:].isdigit() for t in tokens):
+        out["token_ids"] = [int(t[9:]) for t in tokens]
+    return out
 
 
 def _is_object(args: Any) -> bool:
