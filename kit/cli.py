@@ -6,6 +6,7 @@
   kit export --domain D --out FILE.jsonl       gold + near-miss trajectories as SimulationRuns
   kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
   kit bench rollout [--model M] [--group 8]     batched vs one-at-a-time episodes
+  kit bench sandbox [--n 500]                   honest checker verdicts per second (sandbox pool)
   kit eval --domain D (--split S | --tasks-file FILE) --model M --user-model U --trials N   (every `evaluate` parameter)
   kit synthesize --domain D --out DIR [--rounds N --num-plans N ...]                      (every `synthesize` parameter)
   kit checker sandbox --code FILE.py            run check() sandboxed; one JSON verdict line
@@ -189,6 +190,14 @@ def _at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _cmd_bench_sandbox(args: argparse.Namespace) -> int:
+    from kit.checkers.sandbox import bench_sandbox
+
+    rate = bench_sandbox(args.n, args.workers)
+    print(json.dumps({"checks": args.n, "verdicts_per_s": round(rate, 1)}))
+    return 0
 
 
 def _cmd_bench_rollout(args: argparse.Namespace) -> int:
@@ -375,6 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--continuous", action="store_true",
                     help="batched run: each episode's next turn joins the running batch (RolloutConfig.continuous)")
     br.set_defaults(fn=_cmd_bench_rollout)
+    bs = bsub.add_parser("sandbox", help="honest checker verdicts per second over a warm sandbox pool")
+    bs.add_argument("--n", type=_at_least_one, default=500, help="checks to time")
+    bs.add_argument("--workers", type=int, default=None, help="sandbox worker processes (default: min(2, CPUs))")
+    bs.set_defaults(fn=_cmd_bench_sandbox)
     return p
 
 

@@ -86,9 +86,6 @@ class EpisodeEnv:
     errors: list[Observation] = field(default_factory=list)
 
     # -- tools --------------------------------------------------------------------------
-    def _toolkit(self, requestor: Requestor):
-        return self.env.user_tools if requestor == "user" else self.env.tools
-
     def execute(self, name: str, arguments: dict, requestor: Requestor = "assistant") -> Observation:
         """tau2's `get_response`: run the tool, sync, serialize; exceptions become 'Error: ...'."""
         try:

@@ -134,21 +134,6 @@ def _set_aside(sdir: Path, fingerprint: str) -> Path:
     return kept
 
 
-def _first_error(nb_path: Path) -> str:
-    """ename: evalue of the first error output in an executed notebook."""
-    try:
-        import nbformat
-
-        nb = nbformat.read(str(nb_path), as_version=4)
-        for cell in nb.cells:
-            for out in cell.get("outputs", []):
-                if out.get("output_type") == "error":
-                    return f"{out.get('ename')}: {out.get('evalue')}"[:500]
-    except Exception:
-        pass
-    return "see the executed notebook"
-
-
 class Runner:
     def __init__(self, recipe: Recipe, run_id: Optional[str] = None, runs_dir: str | Path = "runs",
                  reports_dir: str | Path = "reports", notebooks_dir: Optional[Path] = None,

@@ -17,7 +17,7 @@ Left unset (null), such a parameter is wired to the latest earlier stage that pr
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from kit.runner.stage import RUNNER_FIELDS
 from kit.stages import MODULES, StageConfig, config_class
@@ -53,10 +53,6 @@ AUTO_WIRING: dict[str, dict[str, tuple[tuple[str, ...], Optional[str]]]] = {
     "evaluate": {"model": (("grpo", "sft_agent"), "base_model"), "user_model": ((), "base_model")},
     "report": {},
 }
-
-
-def stage_fields(stage: str) -> dict[str, Any]:
-    return STAGES[stage].model_fields
 
 
 def all_param_names() -> set[str]:
