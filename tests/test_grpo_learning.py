@@ -161,7 +161,8 @@ def test_off_policy_minibatches_and_kl_penalty_update_and_log_stable_metrics(tok
     assert not torch.equal(weights(model), before)
     (step, logged), = run.logged
     assert step == 0 and all(isinstance(v, (int, float)) for v in logged.values())
-    assert {"reward/mean", "loss", "clip_frac", "grad_norm", "lr", "time/step_s"} <= set(logged)
+    # W&B keys are the metric names under the stage's section (kit.metrics.wandb_keys)
+    assert {"grpo/reward/mean", "grpo/loss", "grpo/clip_frac", "grpo/grad_norm", "grpo/lr", "grpo/time/step_s"} <= set(logged)
 
 
 def test_multi_turn_smoke_on_the_mock_domain_one_optimizer_step_and_metrics(tokenizer, tmp_path):
