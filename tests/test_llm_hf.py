@@ -22,7 +22,7 @@ from kit.llm import (
     make_backend,
 )
 from kit.llm.hf import HFBackend
-from kit.llm.prefix_cache import common_prefix_len
+from kit.llm.fast.prefix_cache import common_prefix_len
 from kit.llm.prompting import render_prompt, template_supports_tools
 from kit.llm.toolcalls import parse_tool_calls
 
@@ -310,7 +310,7 @@ def test_sampler_draws_from_the_distribution_transformers_defines(settings):
         LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
     )
 
-    from kit.llm.hf_generate import Sampler
+    from kit.llm.fast.generate import Sampler
 
     settings = dict(settings)
     ties = settings.pop("ties", False)
@@ -400,7 +400,7 @@ def test_prefill_groups_are_the_cheapest_split():
     import itertools
     import random
 
-    from kit.llm.hf_generate import _groups
+    from kit.llm.fast.generate import _groups
 
     assert _groups([100, 90, 10, 9, 1]) == [(0, 2), (2, 5)]  # short tails go together
     assert _groups([400, 100, 99]) == [(0, 1), (1, 3)]
@@ -421,7 +421,7 @@ def test_prefill_groups_are_the_cheapest_split():
 
 
 def test_prefix_store_keeps_the_longest_sequences_within_its_budget():
-    from kit.llm.prefix_cache import PrefixKVCache, _shared
+    from kit.llm.fast.prefix_cache import PrefixKVCache, _shared
 
     def kv(n):
         return [(torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))]
@@ -450,8 +450,8 @@ def test_split_attention_equals_full_attention(boolean_mask, fused, q_len, monke
     token per row (decode) and several under a causal mask (ragged prefill, queries past the row's
     end included); with torch's CPU flash kernel and with the plain-ops fallback used on other
     devices. The grouped attention of a prefill without a shared prefix equals sdpa too."""
-    from kit.llm import shared_prefix_attention
-    from kit.llm.shared_prefix_attention import grouped_attention, split_attention
+    from kit.llm.fast import shared_prefix_attention
+    from kit.llm.fast.shared_prefix_attention import grouped_attention, split_attention
 
     if not fused:
         monkeypatch.setattr(shared_prefix_attention, "_attend_with_lse", lambda *a: None)
@@ -476,13 +476,13 @@ def test_split_attention_equals_full_attention(boolean_mask, fused, q_len, monke
         torch.testing.assert_close(grouped_attention(query, key, value, mask, 0.25), full.transpose(1, 2),
                                    rtol=1e-5, atol=1e-5)
     # row 0's copy of the prefix stands for all: a different prefix elsewhere would be ignored, so the
-    # caller (hf_generate) only passes a prefix that all rows' token ids share
+    # caller (kit.llm.fast.generate) only passes a prefix that all rows' token ids share
     key[3, :, :shared] += 1.0
     assert torch.allclose(split_attention(query, key, value, mask, shared, 0.25), got)
 
 
 def test_packed_linears_match_and_follow_weight_updates(backend):
-    from kit.llm.packed_linear import PackedLinears
+    from kit.llm.fast.packed_linear import PackedLinears
 
     model, ids, packed = backend.model, torch.tensor([[1, 2, 3, 4, 5, 6]]), PackedLinears()
     assert packed.supports(model)  # float32 on CPU, ~0.5 GB of linear weights

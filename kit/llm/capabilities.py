@@ -32,4 +32,4 @@ class Capabilities:
     """Completions carry `logprobs`: the log-probability the backend reports for each of their
     `token_ids`."""
     stats: bool = False
-    """`backend.stats` accounts for generation time (kit.llm.hf_generate.GenStats: `summary()`)."""
+    """`backend.stats` accounts for generation time (kit.llm.fast.generate.GenStats: `summary()`)."""

@@ -9,13 +9,13 @@ cache, same outputs; not bit-equal to a batch of one.)
 
 Two generation paths, same sampling distribution (transformers' temperature, top-k and top-p
 semantics, argmax when greedy, `StopStringCriteria`; the fast path draws through
-kit.llm.hf_generate.Sampler, so its seeded samples are not `model.generate`'s):
+kit.llm.fast.generate.Sampler, so its seeded samples are not `model.generate`'s):
 
-* fast (kit.llm.hf_generate), for full-attention decoders with plain sampling settings: each row
+* fast (kit.llm.fast.generate), for full-attention decoders with plain sampling settings: each row
   reuses the KV states of its longest known token prefix from the prefix cache (the previous turn
   of the same conversation: prompt and completion; or the system prompt shared by the batch), only
   the rows' new tokens are prefilled (grouped by length, little padding), keys/values are written
-  in place (kit.llm.row_cache: no per-step cache copy) and finished rows leave the batch. Each
+  in place (kit.llm.fast.row_cache: no per-step cache copy) and finished rows leave the batch. Each
   finished row's states go back to the prefix cache for its next turn.
 * `model.generate` otherwise (sliding-window or hybrid models, a generation_config with repetition
   penalties etc., or `fast_decode=False`): rows are left-padded; the prefix common to all rows of
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.llm.capabilities import Capabilities
-from kit.llm.prefix_cache import PrefixKVCache, common_prefix_len
+from kit.llm.fast import PrefixKVCache, common_prefix_len
 from kit.llm.prompting import render_prompt, resolve_tool_mode
 from kit.llm.toolcalls import CLOSE, OPEN, parse_tool_calls
 from kit.llm.types import (
@@ -66,17 +66,17 @@ class HFBackend(Backend):
         prefix_cache_size: most token sequences whose KV states are kept (LRU); 0 disables caching.
         prefix_cache_bytes: most bytes of KV states kept (LRU); default 4 GiB on CPU, a tenth of the
             GPU's memory (at most 4 GiB) on GPU.
-        fast_decode: use kit.llm.hf_generate where the model and sampling settings allow it;
+        fast_decode: use kit.llm.fast.generate where the model and sampling settings allow it;
             False always uses `model.generate`.
         prefill_chunk: most prompt tokens per row in one forward pass of the fast path (bounds the
             activations of long prompts).
         pack_weights: fast path on a float32 CPU model: run the linear layers on oneDNN-prepacked
-            copies of their weights (kit.llm.packed_linear; skinny batched matmuls stop re-packing
+            copies of their weights (kit.llm.fast.packed_linear; skinny batched matmuls stop re-packing
             the weights every call). "auto" packs when the linear weights take at most 2 GiB (the
             copies cost as much memory again); True packs at any size; False never.
         shared_prefix_attention: fast path: when all rows of a batch share a prompt prefix (the
             system prompt of a group), decode steps attend it once for all rows
-            (kit.llm.shared_prefix_attention); False attends it per row.
+            (kit.llm.fast.shared_prefix_attention); False attends it per row.
 
     Trainers that update the weights through `param.data` (which bumps no version counter) must call
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
@@ -105,9 +105,7 @@ class HFBackend(Backend):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from kit.llm import row_cache
-        from kit.llm.hf_generate import GenStats
-        from kit.llm.packed_linear import PackedLinears
+        from kit.llm.fast import GenStats, PackedLinears, supports_model
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         if model is None:
@@ -141,7 +139,7 @@ class HFBackend(Backend):
             else None
         )
         self.prefill_chunk = prefill_chunk
-        self.fast_decode = fast_decode and row_cache.supports(model)
+        self.fast_decode = fast_decode and supports_model(model)
         self.stats = GenStats()  # where generation time went (fast path)
         if pack_weights not in (True, False, "auto"):
             raise ValueError(f"pack_weights must be True, False or 'auto', not {pack_weights!r}")
@@ -241,7 +239,7 @@ class HFBackend(Backend):
     def can_serve(self, params: list[SamplingParams | dict]) -> bool:
         """True when `serve` (continuous batching) handles requests with these sampling settings:
         the fast path applies (plain temperature / top-k / top-p sampling, one sample each)."""
-        from kit.llm.hf_generate import effective_config, plain_sampling
+        from kit.llm.fast import effective_config, plain_sampling
 
         return self.fast_decode and all(
             p.n == 1 and plain_sampling(effective_config(self.model, self._generation_config(p)))
@@ -249,13 +247,12 @@ class HFBackend(Backend):
 
     def serve(self, requests: list[tuple[Any, list[ChatMessage], list[ToolSchema] | None, SamplingParams]],
               on_done: Any, seed: int | None = None) -> None:
-        """Continuous batching (kit.llm.hf_continuous): each request (key, conversation, tools,
+        """Continuous batching (kit.llm.fast.continuous): each request (key, conversation, tools,
         params) joins the running batch as soon as it exists; `on_done(key, completion)` returns the
         follow-up requests. Needs `can_serve` for every params used. `seed` seeds the sampling."""
         import torch
 
-        from kit.llm.hf_continuous import Request, serve
-        from kit.llm.hf_generate import Sampler, effective_config
+        from kit.llm.fast import Request, Sampler, effective_config, serve
 
         samplers: dict[int, tuple[Any, Any]] = {}  # one Sampler per params object: rows drawn together
 
@@ -290,7 +287,7 @@ class HFBackend(Backend):
             self.model.train(was_training)
 
     def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
-        from kit.llm.hf_generate import effective_config, plain_sampling
+        from kit.llm.fast import effective_config, plain_sampling
 
         gen = self._generation_config(params)
         if self.fast_decode:
@@ -314,8 +311,8 @@ class HFBackend(Backend):
         return [self._completion(ids, int(n), params.stop) for ids, n in zip(new_tokens, prompt_lens)]
 
     def _generate_fast(self, prompts: list[str], params: SamplingParams, gen: Any) -> list[Completion]:
-        """kit.llm.hf_generate: per-row prefix reuse, ragged prefill, finished rows leave the batch."""
-        from kit.llm.hf_generate import Sampler, generate_rows
+        """kit.llm.fast.generate: per-row prefix reuse, ragged prefill, finished rows leave the batch."""
+        from kit.llm.fast import Sampler, generate_rows
 
         rows = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
         with self.packed.use(self.model) if self.packed is not None else contextlib.nullcontext():

@@ -1,6 +1,6 @@
 """Continuous batching for HFBackend: a request joins the running batch as soon as it exists.
 
-`generate_rows` (kit.llm.hf_generate) serves one batch call: every row starts together and the call
+`generate_rows` (kit.llm.fast.generate) serves one batch call: every row starts together and the call
 ends when its longest row does, so while the last rows decode, the batch is nearly empty. In a
 rollout the next request of an episode (the user's answer to the agent turn that just ended) exists
 the moment that turn ends; `serve` takes it into the batch then, so the G episodes of a group keep
@@ -10,7 +10,7 @@ the batch full instead of waiting for each other at every turn.
 
 `requests` are the first requests; `on_done(key, ids)` is called with each finished request's
 generated ids and returns the follow-up requests (possibly none). New requests are prefilled
-(stored prefixes reused, kit.llm.hf_generate.prefill) into buffer rows after the active ones, then
+(stored prefixes reused, kit.llm.fast.generate.prefill) into buffer rows after the active ones, then
 decode with them; finished rows are stored in the prefix store and leave the batch, as in
 generate_rows. Every row keeps its own sampling settings (`Sampler`), token budget and stop
 strings. Each group of rows with the same sampler draws together from the global generator (seed
@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from kit.llm.hf_generate import GenStats, Sampler, _forward, prefill, stop_hits
-from kit.llm.prefix_cache import PrefixKVCache, common_prefix_len
-from kit.llm.row_cache import RowCache
-from kit.llm.shared_prefix_attention import shared_prefix
+from kit.llm.fast.generate import GenStats, Sampler, _forward, prefill, stop_hits
+from kit.llm.fast.prefix_cache import PrefixKVCache, common_prefix_len
+from kit.llm.fast.row_cache import RowCache
+from kit.llm.fast.shared_prefix_attention import shared_prefix
 
 
 @dataclass

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kit.llm.prefix_cache import weights_key
+from kit.llm.fast.prefix_cache import weights_key
 
 
 def available() -> bool:

@@ -13,15 +13,15 @@ hardware:
    left-aligned to the chunk's end so the last column holds every row's last prompt token and only
    its logits are computed. Keys/values go into a `RowCache` at each row's own slots. A prompt
    prefix that all rows of a group hold already is attended once for the group, and query heads
-   that share a key/value head are attended as one block (kit.llm.shared_prefix_attention).
+   that share a key/value head are attended as one block (kit.llm.fast.shared_prefix_attention).
 3. Decode. All unfinished rows advance together, one token per step. A row that emits an end
    token, matches a stop string or reaches `max_new_tokens` is finished: its states
    (prompt + completion) are stored in the `PrefixKVCache` for the next turn and it leaves the
    batch, so the remaining steps cost less.
    A prompt prefix common to every row (the system prompt of a group) is attended once per step
-   for all rows (kit.llm.shared_prefix_attention) instead of once per row.
+   for all rows (kit.llm.fast.shared_prefix_attention) instead of once per row.
 
-HFBackend runs this under kit.llm.packed_linear on a float32 CPU model (weights packed once for
+HFBackend runs this under kit.llm.fast.packed_linear on a float32 CPU model (weights packed once for
 oneDNN instead of at every skinny matmul).
 
 Sampling follows `model.generate`'s settings: the same effective generation config
@@ -48,9 +48,9 @@ import torch
 from transformers import GenerationConfig
 from transformers.generation.logits_process import TopPLogitsWarper
 
-from kit.llm.prefix_cache import PrefixKVCache, common_prefix_len
-from kit.llm.row_cache import RowCache
-from kit.llm.shared_prefix_attention import shared_prefix
+from kit.llm.fast.prefix_cache import PrefixKVCache, common_prefix_len
+from kit.llm.fast.row_cache import RowCache
+from kit.llm.fast.shared_prefix_attention import shared_prefix
 
 # generation_config fields that make `model.generate` add logits processors or decode otherwise, with
 # their neutral values; a model whose (effective) generation config sets any of them is served by
@@ -217,7 +217,7 @@ def generate_rows(
     dtype = next(model.parameters()).dtype
 
     # 3. decode: rows leave the batch as they finish; a prompt prefix common to all rows is attended
-    # once per step for the whole batch (kit.llm.shared_prefix_attention)
+    # once per step for the whole batch (kit.llm.fast.shared_prefix_attention)
     common = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
     split = common if split_attention and len(rows) > 1 and common >= 32 else 0
     t1 = time.perf_counter()
@@ -370,7 +370,7 @@ def prefill(model: Any, rows: list[tuple[int, ...]], *, store: PrefixKVCache | N
 def _forward(model, cache: RowCache, ids, slots, first: int, dtype, eager: bool, shared: int = 0):
     """One forward pass of buffer rows first..first+len(ids)-1 over `ids` written at `slots`;
     logits of the last column only. `shared` > 0: slots 0..shared-1 hold the same tokens in every
-    row, attended once for all (the model's attention must be kit.llm.shared_prefix_attention's)."""
+    row, attended once for all (the model's attention must be kit.llm.fast.shared_prefix_attention's)."""
     cache.plan(slots, first)
     extra = {"kit_shared": shared} if shared else {}
     out = model(

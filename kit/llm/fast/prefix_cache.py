@@ -13,7 +13,7 @@ store of batch-1 key/value states keyed by their token sequence:
   forward pass over the missing tokens (used to prefill a prefix common to a whole batch once).
 
 Size is bounded by `max_entries` and `max_bytes` (least recently used entries go first). Stored
-tensors are never written to: callers copy them into their own cache (kit.llm.row_cache).
+tensors are never written to: callers copy them into their own cache (kit.llm.fast.row_cache).
 
 Staleness: entries belong to one set of weights. `weights_key` (model identity, parameter count,
 storage pointers and the sum of the parameters' autograd version counters) is checked by
@@ -88,7 +88,7 @@ class PrefixKVCache:
         self.supported: bool | None = None  # None: not yet known for this model
         # hits / extends / misses: `lookup` calls served whole, by extending an entry, from scratch;
         # row_hits / row_partial / row_misses: generation rows whose prompt (but its last token) was
-        # stored whole, in part, not at (kit.llm.hf_generate)
+        # stored whole, in part, not at (kit.llm.fast.generate)
         self.stats = {"hits": 0, "extends": 0, "misses": 0, "row_hits": 0, "row_partial": 0, "row_misses": 0,
                       "reused_tokens": 0, "computed_tokens": 0, "stored": 0, "evicted": 0}
         self._weights: tuple | None = None

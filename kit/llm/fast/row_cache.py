@@ -16,7 +16,7 @@ per layer, [rows, kv_heads, capacity, head_dim], where row r keeps its own token
   finished row is replaced by the last active row (`drop`), so finished rows cost nothing, and the
   attention reads a view `buffer[first:first + n, :, :span]` (no gather, no copy).
 
-The caller (kit.llm.hf_generate) plans each pass with `plan(slots, first)` and passes the matching
+The caller (kit.llm.fast.generate) plans each pass with `plan(slots, first)` and passes the matching
 4-D mask (`mask(...)`) and the slots as position ids to the model; the model's attention calls
 `update`, as with any transformers cache. Only full-attention layers are handled (see `supports`).
 """
