@@ -4,7 +4,7 @@ Both runs use the same backend, task, sampling and limits, in one process, after
 warm-up episode group, and each starts with an empty prefix cache (the second run does not inherit
 the first one's system prompts); the number is
 aggregate generated tokens per second (agent + user completions / wall time). Backends that
-account for their generation time (HFBackend's `stats`, kit.llm.hf_generate.GenStats) also
+account for their generation time (HFBackend's `stats`, kit.llm.fast.generate.GenStats) also
 report where it went in each run: prefill, decode, other.
 """
 
