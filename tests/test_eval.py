@@ -71,7 +71,7 @@ def test_endpoint_down_is_a_clear_error_and_leaves_no_half_written_trajectory(tm
     from kit.llm import EndpointError, make_backend
 
     url = f"http://127.0.0.1:{free_port()}/v1"
-    dead = make_backend({"spec": f"openai:{url}#m", "max_attempts": 2, "backoff_base": 0.01, "timeout": 2})
+    dead = make_backend({"spec": f"openai:{url}#m", "max_attempts": 2, "timeout": 2})
     out = tmp_path / "eval"
     with pytest.raises(EndpointError, match=url):
         evaluate(EvalConfig(domain="mock", trials=1, limit=2, out_dir=str(out)), agent=dead, user=dead, progress=False)

@@ -1,9 +1,11 @@
 """OpenAI-compatible HTTP backend: vLLM, SGLang, `transformers serve`, hosted APIs.
 
-The path at scale: many requests in flight (an asyncio semaphore bounds them), each retried
-with exponential backoff and jitter on timeouts, connection errors, 5xx and 429, then given up
-with an `EndpointError` that names the URL and the last error. Other 4xx are not retried: the
-request itself is wrong.
+The path at scale: many requests in flight (an asyncio semaphore bounds them). Transport and
+retries are the `openai` SDK's async client (exponential backoff with jitter on timeouts,
+connection errors, 408/409/429 and 5xx); a request that still fails becomes an `EndpointError`
+that names the URL and the last error. Other 4xx are not retried: the request itself is wrong.
+The request body is the kit's own (sent as is, through the SDK's raw `post`), so server-specific
+fields (`top_k`, vLLM's `return_tokens_as_token_ids`) and the `n` fan-out below stay ours.
 
 n > 1: the first request asks for n choices; a server that returns fewer (`transformers serve`
 ignores `n`) gets the missing ones as separate n=1 requests, in parallel, and is remembered as
@@ -20,10 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 from typing import Any
-
-import httpx
 
 from kit.llm.capabilities import Capabilities
 from kit.llm.toolcalls import new_call_id, parse_tool_calls, render_tool_call, to_prompt_messages
@@ -56,8 +55,7 @@ class OpenAIBackend(Backend):
         tool_mode: "native" or "prompt" (see the module docstring).
         max_concurrency: most requests in flight from this backend (per event loop).
         timeout: seconds per request.
-        max_attempts: tries per request before `EndpointError` (1 = no retry).
-        backoff_base, backoff_max: retry waits are base * 2**k seconds, capped, with jitter.
+        max_attempts: tries per request before `EndpointError` (1 = no retry; the SDK's backoff).
         extra_body: extra JSON fields for every request (server-specific knobs). With
             `"logprobs": true` completions carry the returned `logprobs` (caps.logprobs); with vLLM's
             `"return_tokens_as_token_ids": true` as well, also the sampled `token_ids` (caps.token_ids).
@@ -73,8 +71,6 @@ class OpenAIBackend(Backend):
         max_concurrency: int = 16,
         timeout: float = 120.0,
         max_attempts: int = 5,
-        backoff_base: float = 0.5,
-        backoff_max: float = 20.0,
         extra_body: dict[str, Any] | None = None,
     ):
         if tool_mode not in ("native", "prompt"):
@@ -86,14 +82,12 @@ class OpenAIBackend(Backend):
         self.max_concurrency = max_concurrency
         self.timeout = timeout
         self.max_attempts = max(1, max_attempts)
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
         self.extra_body = dict(extra_body or {})
         logprobs = bool(self.extra_body.get("logprobs"))
         self.caps = Capabilities(logprobs=logprobs,
                                  token_ids=logprobs and bool(self.extra_body.get("return_tokens_as_token_ids")))
         self.server_ignores_n = False
-        self._loops: dict[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, asyncio.Semaphore]] = {}
+        self._loops: dict[asyncio.AbstractEventLoop, tuple[Any, asyncio.Semaphore]] = {}  # openai.AsyncOpenAI
 
     # ----- public API ---------------------------------------------------------------------
 
@@ -153,7 +147,7 @@ class OpenAIBackend(Backend):
         """Close the HTTP client of the running event loop."""
         state = self._loops.pop(asyncio.get_running_loop(), None)
         if state:
-            await state[0].aclose()
+            await state[0].close()
 
     def close(self) -> None:
         self._loops.clear()  # clients of finished loops die with them; nothing to await here
@@ -191,42 +185,44 @@ class OpenAIBackend(Backend):
             body["seed"] = seed + request_index
         return body
 
-    def _state(self) -> tuple[httpx.AsyncClient, asyncio.Semaphore]:
-        # httpx clients and semaphores belong to one event loop; keep one pair per loop.
+    def _state(self) -> tuple[Any, asyncio.Semaphore]:
+        # async clients and semaphores belong to one event loop; keep one pair per loop.
+        import openai  # here, not at import time: kit.llm stays light for code that never calls an endpoint
+
         loop = asyncio.get_running_loop()
         if loop not in self._loops:
             for old in [lp for lp in self._loops if lp.is_closed()]:
                 del self._loops[old]
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            limits = httpx.Limits(max_connections=self.max_concurrency, max_keepalive_connections=self.max_concurrency)
-            client = httpx.AsyncClient(timeout=self.timeout, headers=headers, limits=limits)
+            client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key or "none", timeout=self.timeout,
+                                        max_retries=self.max_attempts - 1)
             self._loops[loop] = (client, asyncio.Semaphore(self.max_concurrency))
         return self._loops[loop]
 
     async def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        """One request through the SDK (its retries included); the JSON object it returned."""
+        import openai
+
         client, sem = self._state()
         url = f"{self.base_url}{path}"
-        last = "no attempt made"
-        for attempt in range(self.max_attempts):
-            if attempt:
-                wait = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
-                await asyncio.sleep(wait * random.uniform(0.5, 1.0))
-            try:
-                async with sem:
-                    resp = await client.request(method, url, json=body)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
-                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                continue
-            if resp.status_code == 429 or resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {resp.text[:300]}"
-                continue
-            if resp.status_code >= 400:
-                raise EndpointError(f"{url} refused the request: HTTP {resp.status_code}: {resp.text[:500]}")
-            try:
-                return resp.json()
-            except ValueError:
-                last = f"HTTP {resp.status_code} with a body that is not JSON: {resp.text[:200]!r}"
-        raise EndpointError(f"{url} failed after {self.max_attempts} attempts; last error: {last}")
+        failed = f"{url} failed after {self.max_attempts} attempts; last error:"
+        try:
+            async with sem:
+                if method == "GET":
+                    data = await client.get(path, cast_to=object)
+                else:
+                    data = await client.post(path, body=body, cast_to=object)
+        except openai.APIStatusError as exc:
+            code, text = exc.status_code, exc.response.text
+            if code in (408, 409, 429) or code >= 500:  # retried by the SDK until it gave up
+                raise EndpointError(f"{failed} HTTP {code}: {text[:300]}") from None
+            raise EndpointError(f"{url} refused the request: HTTP {code}: {text[:500]}") from None
+        except (openai.APIConnectionError, openai.APIResponseValidationError) as exc:
+            cause = exc.__cause__ or exc
+            raise EndpointError(f"{failed} {type(cause).__name__}: {cause}" if str(cause)
+                                else f"{failed} {type(cause).__name__}") from None
+        if not isinstance(data, dict):
+            raise EndpointError(f"{url}: the response is not a JSON object: {str(data)[:200]!r}")
+        return data
 
     async def _post(self, body: dict) -> dict:
         return await self._request("POST", "/chat/completions", body)
