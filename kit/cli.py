@@ -21,6 +21,7 @@ import json
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from kit import metrics as M
 from kit.stages import config_class as _config
@@ -90,6 +91,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from kit.bench.verify import trajectory_set
 
     pairs = trajectory_set(args.domain, limit=args.tasks, min_mutants=args.mutants)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         for _, traj in pairs:
             f.write(traj.to_tau2().model_dump_json() + "\n")
