@@ -117,8 +117,6 @@ def _cmd_bench_verify(args: argparse.Namespace) -> int:
 
 def _stage_context(stage: str, config, out: str | None):
     """What a stage's run() gets when called from the command line: its folder is --out."""
-    from pathlib import Path
-
     from kit.runner.stage import Stage
 
     return Stage(stage, config.model_dump(), {"out_dir": out or str(Path("runs") / "cli" / stage), "run_id": "cli"})
