@@ -88,7 +88,7 @@ def test_empty_task_list_and_bad_config_are_refused_by_name(tokenizer):
                     reward_fn=says("x"), agent_system=SYSTEM)
     with pytest.raises(ValueError, match="group_size"):
         small_cfg(group_size=1)
-    with pytest.raises(ValueError, match="filter mode"):
+    with pytest.raises(ValueError, match="filter_mode"):
         small_cfg(filter_mode="none")
     with pytest.raises(ValueError, match="rollout_fn"):
         GRPOTrainer(tiny_llama(tokenizer), tokenizer, [PromptTask("a", "hi")], small_cfg())

@@ -6,7 +6,6 @@ executed by papermill through `kit run` on tiny parameters."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -95,10 +94,7 @@ def test_every_mechanism_knob_is_a_stage_config_field_with_its_default(stage):
     from kit.train.sft import SFTConfig
 
     mech = {"synthesize": EngineConfig, "sft_agent": SFTConfig, "grpo": GRPOConfig, "evaluate": EvalConfig}[stage]
-    if dataclasses.is_dataclass(mech):
-        defaults = {f.name: f.default for f in dataclasses.fields(mech)}
-    else:
-        defaults = {n: f.default for n, f in mech.model_fields.items()}
+    defaults = {n: f.default for n, f in mech.model_fields.items()}
     renamed: dict = {}
     config = STAGES[stage].model_fields
     for name, default in defaults.items():
@@ -108,6 +104,40 @@ def test_every_mechanism_knob_is_a_stage_config_field_with_its_default(stage):
         assert ours in config, f"{mech.__name__}.{name} cannot be set from a recipe (no field in {stage}'s Config)"
         if name not in renamed and name != "domain":
             assert config[ours].default == default, (stage, name)
+
+
+@pytest.mark.parametrize("stage", ["synthesize", "sft_agent", "grpo", "evaluate"])
+def test_a_recipe_knob_reaches_the_mechanism_config_under_its_own_name(stage):
+    """The path of every knob from a recipe's params to the mechanism's config: the stage Config
+    inherits the mechanism's Knobs class (one declaration), and mechanism_kwargs hands each one on."""
+    from kit.engine.config import EngineConfig, EngineKnobs
+    from kit.eval.config import EvalConfig, EvalKnobs
+    from kit.stages.base import mechanism_kwargs
+    from kit.train.grpo_config import GRPOConfig, GRPOKnobs
+    from kit.train.sft import SFTConfig, SFTKnobs
+
+    knobs, mech = {"synthesize": (EngineKnobs, EngineConfig), "sft_agent": (SFTKnobs, SFTConfig),
+                   "grpo": (GRPOKnobs, GRPOConfig), "evaluate": (EvalKnobs, EvalConfig)}[stage]
+    config_cls = STAGES[stage]
+    assert issubclass(config_cls, knobs)
+    for name, f in knobs.model_fields.items():
+        assert repr(config_cls.model_fields[name]) == repr(f), f"{stage}.{name} is redeclared, not inherited"
+    changed = {}
+    for name, f in knobs.model_fields.items():  # a value other than the default, of the field's type
+        d = f.default
+        if isinstance(d, bool):
+            changed[name] = not d
+        elif isinstance(d, int):
+            changed[name] = d + 3
+        elif isinstance(d, float):  # stays inside (0, 1] bounds
+            changed[name] = (d + 0.05) / 2
+    config = config_cls(domain="mock", **changed)
+    resolved = {"model": "embedded", "user_model": "embedded"}  # what run() resolves from the run's stages
+    runtime = {"synthesize": {"out_dir": "x", **resolved}, "evaluate": resolved,
+               "grpo": {"user_model": "embedded", "user_tag": "raw"}}.get(stage, {})
+    built = mech(**mechanism_kwargs(config, mech, **runtime))
+    for name, value in changed.items():
+        assert getattr(built, name) == value, (stage, name)
 
 
 TINY = """

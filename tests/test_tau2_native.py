@@ -35,8 +35,8 @@ def test_unreachable_endpoint_is_one_clear_line(tmp_path):
 def test_tau2_protocol_needs_openai_specs():
     with pytest.raises(ValueError, match="openai:http://host:port/v1#model"):
         evaluate(EvalConfig(domain="mock", model="embedded", user_model="embedded", protocol="tau2", limit=1))
-    with pytest.raises(ValueError, match="unknown protocol"):
-        evaluate(EvalConfig(domain="mock", protocol="tau3"))
+    with pytest.raises(ValueError, match="protocol"):  # pydantic names the field and its choices
+        EvalConfig(domain="mock", protocol="tau3")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,7 @@
-"""The engine's settings: one pydantic model, so a bad field is named before anything runs."""
+"""The engine's settings: pydantic models, so a bad field is named before anything runs.
+
+`EngineKnobs` are what a recipe sets, each declared once (the `synthesize` stage's Config inherits
+them); `EngineConfig` adds what the caller resolves (domain, run folder, backends, W&B wiring)."""
 
 from __future__ import annotations
 
@@ -7,11 +10,9 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class EngineConfig(BaseModel):
+class EngineKnobs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    domain: str = Field(description="tau2 domain (mock, airline, retail, telecom) or a registered kit domain.")
-    out_dir: str = Field(description="Run folder; rerunning with the same folder resumes.")
     rounds: int = Field(default=3, ge=1, description="K rounds of synthesis → rollouts → reflection.")
     num_plans: int = Field(default=4, ge=1, description="Plan pairs per round (the paper's ablation: 4 vs 64).")
     tasks_per_plan: int = Field(default=2, ge=1, description="Task proposals per plan per round.")
@@ -20,14 +21,10 @@ class EngineConfig(BaseModel):
     evolution: bool = Field(default=True, description="off = plans stay as the meta-planner wrote them.")
     llm_judge: bool = Field(default=True, description="The validator's model judgment after the executable checks.")
     judge_threshold: float = Field(default=0.7, ge=0.0, le=1.0, description="Reject when the judge's P(no) exceeds it.")
-    model: Any = Field(default="embedded", description="Backend spec of the engine's roles (kit.llm.make_backend).")
-    agent_model: Any = Field(default=None, description="Assistant in rollouts (default: model).")
-    user_model: Any = Field(default=None, description="User simulator in rollouts (default: model).")
     sft_tokenizer: Optional[str] = Field(default=None, description="HF folder whose chat template renders SFT "
                                          "samples (default: the agent model's; needed for endpoints).")
     concurrency: int = Field(default=8, ge=1, description="Units (plans) in flight at once with endpoint backends; "
                              "in-process hf models always run one unit at a time.")
-    seed: int = 0
     max_messages: int = Field(default=16, ge=2, description="Messages per rollout episode.")
     max_new_tokens: int = Field(default=96, ge=8, description="Most tokens per agent turn in rollouts.")
     user_max_new_tokens: int = Field(default=96, ge=8, description="Most tokens per user turn in rollouts.")
@@ -39,7 +36,16 @@ class EngineConfig(BaseModel):
                                  "to sft_agent.jsonl (meta.source = 'gold').")
     choice_temperature: float = Field(default=1.0, ge=0.0, description="Softmax temperature of constrained choices.")
     max_similarity: float = Field(default=0.75, gt=0.0, le=1.0, description="Near-duplicate plan threshold.")
-    templates_dir: Optional[str] = Field(default=None, description="Another set of engine prompt templates.")
     wandb: bool = Field(default=True, description="Log round metrics to W&B (offline unless WANDB_MODE says otherwise).")
+
+
+class EngineConfig(EngineKnobs):
+    domain: str = Field(description="tau2 domain (mock, airline, retail, telecom) or a registered kit domain.")
+    out_dir: str = Field(description="Run folder; rerunning with the same folder resumes.")
+    model: Any = Field(default="embedded", description="Backend spec of the engine's roles (kit.llm.make_backend).")
+    agent_model: Any = Field(default=None, description="Assistant in rollouts (default: model).")
+    user_model: Any = Field(default=None, description="User simulator in rollouts (default: model).")
+    seed: int = 0
+    templates_dir: Optional[str] = Field(default=None, description="Another set of engine prompt templates.")
     wandb_group: Optional[str] = None
     wandb_project: str = "kit"

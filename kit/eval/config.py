@@ -1,49 +1,56 @@
 """An evaluation's settings (kit.eval.evaluate), in a module of its own so that reading them (the
-`evaluate` stage's Config, recipe validation) does not import tau2 or a model."""
+`evaluate` stage's Config, recipe validation) does not import tau2 or a model.
+
+`EvalKnobs` are what a recipe sets, each declared once (the `evaluate` stage's Config inherits
+them); `EvalConfig` adds what the caller resolves (domain, agent and user specs, training data,
+output folder).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
-@dataclass
-class EvalConfig:
-    domain: str
-    """τ² domain (mock, airline, retail, telecom) or a registered one."""
-    model: str = "embedded"
-    """Agent: 'embedded', 'hf:PATH', 'openai:URL#MODEL', 'vllm:PATH' (see kit.llm.make_backend)."""
-    user_model: str = "embedded"
-    """User simulator backend spec, same forms as `model`."""
-    split: Optional[str] = "default"
-    """τ² split: train / test / base, 'default' (tau2's default set) or None (all)."""
-    tasks_file: Optional[str] = None
-    """JSON list or JSONL of tau2 Task objects; replaces `split`."""
-    trials: int = 4
-    """Episodes per task (pass^k needs k <= trials)."""
-    temperature: float = 0.0
-    """Agent sampling temperature (the paper evaluates at 0.6; tau2's papers often at 0)."""
-    user_temperature: float = 0.0
-    max_new_tokens: int = 192
-    """Most tokens per agent turn."""
-    user_max_new_tokens: int = 192
-    """Most tokens per user turn."""
-    max_messages: int = 50
-    """Messages per episode (tau2's max_steps)."""
-    max_errors: int = 10
+class EvalKnobs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    split: Optional[str] = Field(default="default", description="τ² split: train / test / base, 'default' "
+                                 "(tau2's default set), 'heldout' (the kit's own) or None (all).")
+    tasks_file: Optional[str] = Field(default=None, description="JSON list or JSONL of tau2 Task objects; "
+                                      "replaces `split`.")
+    trials: int = Field(default=4, ge=1, description="Episodes per task (pass^k needs k <= trials).")
+    temperature: float = Field(default=0.0, ge=0, description="Agent sampling temperature (the paper evaluates "
+                               "at 0.6; tau2's papers often at 0).")
+    user_temperature: float = Field(default=0.0, ge=0, description="User simulator sampling temperature.")
+    max_new_tokens: int = Field(default=192, ge=1, description="Most tokens per agent turn.")
+    user_max_new_tokens: int = Field(default=192, ge=1, description="Most tokens per user turn.")
+    max_messages: int = Field(default=50, ge=2, description="Messages per episode (tau2's max_steps; the paper: "
+                              "up to 50 orchestrator steps; tau2: 100).")
+    max_errors: int = Field(default=10, ge=1, description="Failed tool calls before too_many_errors termination.")
+    batch_size: int = Field(default=16, ge=1, description="Episodes advanced together (one batched forward pass "
+                            "per turn).")
+    limit: Optional[int] = Field(default=None, ge=1, description="First N tasks only.")
+    cross_check: bool = Field(default=False, description="Also score every episode with tau2's evaluator and "
+                              "report agreement.")
+    allow_overlap: bool = Field(default=False, description="Evaluate even when some evaluation tasks' gold "
+                                "actions are all in the training data (the report still shows the overlap); "
+                                "off: the evaluation fails.")
+    protocol: Literal["kit", "tau2"] = Field(default="kit", description="'kit' (kit loop + kit verifier) or "
+                                             "'tau2' (tau2's own orchestrator, agent, user simulator and "
+                                             "evaluator through litellm; needs openai: specs, see "
+                                             "kit.eval.tau2_native).")
+
+
+class EvalConfig(EvalKnobs):
+    domain: str = Field(description="τ² domain (mock, airline, retail, telecom) or a registered one.")
+    model: str = Field(default="embedded", description="Agent: 'embedded', 'hf:PATH', 'openai:URL#MODEL', "
+                       "'vllm:PATH' (see kit.llm.make_backend).")
+    user_model: str = Field(default="embedded", description="User simulator backend spec, same forms as `model`.")
     seed: int = 0
-    batch_size: int = 16
-    """Episodes advanced together (one batched forward pass per turn)."""
-    limit: Optional[int] = None
-    """First N tasks only."""
-    cross_check: bool = False
-    """Also score every episode with tau2's evaluator and report agreement."""
-    training_data: Optional[list[str]] = None
-    """What the agent trained on (kit.eval.leak): task / rl_tasks / SFT sample files, folders holding
-    them, or 'split:<name>' of this domain. Checked against the evaluation tasks' gold actions."""
-    allow_overlap: bool = False
-    """Evaluate even when some evaluation tasks' gold actions are all in the training data."""
+    training_data: Optional[list[str]] = Field(default=None, description="What the agent trained on "
+                                               "(kit.eval.leak): task / rl_tasks / SFT sample files, folders "
+                                               "holding them, or 'split:<name>' of this domain. Checked against "
+                                               "the evaluation tasks' gold actions.")
     out_dir: Optional[str] = None
-    protocol: str = "kit"
-    """'kit' (kit loop + kit verifier) or 'tau2' (tau2's own orchestrator, agent, user simulator and
-    evaluator through litellm; needs openai: specs, see kit.eval.tau2_native)."""

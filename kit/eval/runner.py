@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -51,7 +51,7 @@ class EvalResult:
 
     def to_json(self) -> dict:
         return {"passk": {str(k): v for k, v in self.passk.items()}, "meta": self.meta,
-                "config": asdict(self.config), "episodes": self.episodes.to_dict(orient="records")}
+                "config": self.config.model_dump(mode="json"), "episodes": self.episodes.to_dict(orient="records")}
 
     def write(self, out: str | Path) -> None:
         """eval.json (everything) and episodes.csv (one row per episode) into the folder `out`."""
@@ -132,8 +132,6 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         from kit.eval.tau2_native import evaluate_config
 
         return evaluate_config(cfg, agent, user)
-    if cfg.protocol != "kit":
-        raise ValueError(f"unknown protocol {cfg.protocol!r}: use 'kit' or 'tau2'")
 
     dom = load_domain(cfg.domain)
     tasks = load_tasks_file(cfg.tasks_file) if cfg.tasks_file else dom.tasks(cfg.split)

@@ -1,6 +1,10 @@
 """What every stage shares: the base of its `Config`, the base of its `Outputs`, and the one place a
 stage's config becomes a mechanism's config (`mechanism_kwargs`).
 
+A stage's Config subclasses its mechanism's Knobs (kit.engine.config.EngineKnobs,
+kit.train.sft.SFTKnobs, kit.train.grpo_config.GRPOKnobs, kit.eval.config.EvalKnobs): every knob
+is declared once, there, with its default, bounds and description.
+
 A stage's `Config` is what a recipe's `params:`, the stage notebook's parameters cell and the
 matching `kit` command set, under the same names. Every model forbids unknown fields, so a
 misspelt parameter is an error, never a silent default.
@@ -8,8 +12,6 @@ misspelt parameter is an error, never a silent default.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -46,36 +48,16 @@ class StageOutputs(BaseModel):
         return cls.model_validate({**(info.get("summary") or {}), "files": info.get("outputs") or {}})
 
 
-def field_names(mechanism: type) -> set[str]:
-    """Field names of a pydantic model or a dataclass."""
-    if dataclasses.is_dataclass(mechanism):
-        return {f.name for f in dataclasses.fields(mechanism)}
-    return set(mechanism.model_fields)
-
-
-def mechanism_kwargs(config: BaseModel, mechanism: type, **runtime: Any) -> dict[str, Any]:
+def mechanism_kwargs(config: BaseModel, mechanism: type[BaseModel], **runtime: Any) -> dict[str, Any]:
     """Keyword arguments of `mechanism` (EngineConfig, SFTConfig, GRPOConfig, EvalConfig) from a
-    stage config: every field the two share by name, then `runtime` (values the stage resolves
-    itself: folders, backend specs) on top. The only place a stage config is copied."""
-    names = field_names(mechanism)
+    stage config: every field the two share (the knobs the stage Config inherits from the
+    mechanism's Knobs class, and `seed`), then `runtime` (values the stage resolves itself:
+    folders, backend specs) on top. The only place a stage config becomes a mechanism config."""
+    names = set(mechanism.model_fields)
     unknown = set(runtime) - names
     if unknown:
         raise TypeError(f"{mechanism.__name__} has no field(s) {sorted(unknown)}")
     return {**config.model_dump(include=names & set(type(config).model_fields)), **runtime}
-
-
-def inherit(mechanism: type[BaseModel], name: str) -> Any:
-    """The field `name` of a pydantic mechanism config (default, bounds, description), for a stage
-    config to declare as its own: `rounds: int = inherit(EngineConfig, "rounds")`."""
-    return copy.deepcopy(mechanism.model_fields[name])
-
-
-def mechanism_default(mechanism: type, name: str) -> Any:
-    """A mechanism config's default for `name` (stage configs reuse it instead of restating it)."""
-    if dataclasses.is_dataclass(mechanism):
-        f = next(f for f in dataclasses.fields(mechanism) if f.name == name)
-        return f.default
-    return mechanism.model_fields[name].default
 
 
 def count_lines(path: Path) -> int:

@@ -18,49 +18,28 @@ Outputs: eval.json, episodes.csv, trajectories.jsonl.
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import Field
 
 from kit import metrics as M
-from kit.eval.config import EvalConfig
-from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_default, mechanism_kwargs
+from kit.eval.config import EvalConfig, EvalKnobs
+from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_kwargs
 
 
-def _eval(name: str, description: str, **bounds):
-    """A field whose default is EvalConfig's (declared there once)."""
-    return Field(default=mechanism_default(EvalConfig, name), description=description, **bounds)
-
-
-class Config(ModelStageConfig):
-    """The agent, the referee user, the tasks, and kit.eval.EvalConfig's knobs."""
+class Config(ModelStageConfig, EvalKnobs):
+    """The agent, the referee user, the tasks; every evaluation knob is kit.eval.config.EvalKnobs'
+    (declared there once, inherited here)."""
 
     model: Optional[str] = Field(default=None, description="Agent. None: the latest grpo / sft_agent stage, "
                                  "else the base_model.")
     user_model: Optional[str] = Field(default=None, description="User simulator at evaluation time (None: the "
                                       "base_model, the same referee for every arm).")
     label: Optional[str] = Field(default=None, description="Name of this evaluation in the report.")
-    split: Optional[str] = _eval("split", "τ² split (train / test / base), 'default' or 'heldout' (the kit's own).")
-    tasks_file: Optional[str] = _eval("tasks_file", "JSON list or JSONL of tau2 Task objects; replaces split.")
-    trials: int = _eval("trials", "Episodes per task (pass^k needs k <= trials).", ge=1)
-    temperature: float = _eval("temperature", "Agent sampling temperature.", ge=0)
-    user_temperature: float = _eval("user_temperature", "User simulator sampling temperature.", ge=0)
-    max_messages: int = _eval("max_messages", "Messages per episode (the paper: up to 50 orchestrator steps; tau2: 100).",
-                              ge=2)
-    max_new_tokens: int = _eval("max_new_tokens", "Most tokens per agent turn.", ge=1)
-    user_max_new_tokens: int = _eval("user_max_new_tokens", "Most tokens per user turn.", ge=1)
-    max_errors: int = _eval("max_errors", "Failed tool calls before too_many_errors termination.", ge=1)
-    batch_size: int = _eval("batch_size", "Episodes advanced together (one batched forward pass per turn).", ge=1)
-    limit: Optional[int] = _eval("limit", "First N tasks only.", ge=1)
-    cross_check: bool = _eval("cross_check", "Also score every episode with tau2's evaluator (agreement).")
-    protocol: Literal["kit", "tau2"] = _eval("protocol", "'kit' (kit loop + verifier) or 'tau2' (tau2's own "
-                                             "orchestrator and user simulator; needs openai: specs).")
     training_data: Optional[list[str]] = Field(default=None, description="What the agent trained on, checked "
                                                "against the evaluation tasks' gold actions (kit.eval.leak): files, "
                                                "folders or 'split:<name>'. None: every synthesize / sft_user / "
                                                "sft_agent / grpo stage of this run that ran before this one.")
-    allow_overlap: bool = Field(default=False, description="Evaluate even when evaluation tasks overlap the "
-                                "training data (the report still shows the overlap); off: the stage fails.")
 
 
 class Outputs(StageOutputs):

@@ -19,22 +19,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Optional
 
 from pydantic import Field
 
 from kit import metrics as M
-from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_default, mechanism_kwargs
-from kit.train.grpo_config import GRPOConfig
+from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_kwargs
+from kit.train.grpo_config import GRPOConfig, GRPOKnobs
 
 
-def _grpo(name: str, description: str, **bounds):
-    """A field whose default is GRPOConfig's (declared there once)."""
-    return Field(default=mechanism_default(GRPOConfig, name), description=description, **bounds)
-
-
-class Config(ModelStageConfig):
-    """The policy, the user simulator, the tasks, and kit.train.grpo.GRPOConfig's knobs."""
+class Config(ModelStageConfig, GRPOKnobs):
+    """The policy, the user simulator, the tasks; every GRPO knob is kit.train.grpo_config.GRPOKnobs'
+    (declared there once, inherited here)."""
 
     model: Optional[str] = Field(default=None, description="Policy to train: '@<sft_agent>', an HF folder or "
                                  "'embedded'. None: the latest sft_agent stage, else the base_model.")
@@ -45,30 +41,6 @@ class Config(ModelStageConfig):
                                  "checked tasks, or 'split:<name>'. None: the latest synthesize stage.")
     fallback_split: Optional[str] = Field(default="train", description="No synthesized tasks: train on this "
                                           "split of the domain (said loudly); the default set when it lacks it.")
-    train_steps: int = _grpo("train_steps", "Optimizer steps.", ge=0)
-    group_size: int = _grpo("group_size", "G: episodes per task, the group advantages are normalised in.", ge=2)
-    tasks_per_step: int = _grpo("tasks_per_step", "B: groups kept per optimizer step.", ge=1)
-    lr: float = _grpo("lr", "AdamW learning rate, constant.", gt=0)
-    clip_eps: float = _grpo("clip_eps", "PPO clip range.", gt=0)
-    kl_coef: float = _grpo("kl_coef", "k3 KL penalty to the initial policy (0: none, the paper).", ge=0)
-    filter_mode: Literal["all_equal", "all_success", "off"] = _grpo("filter_mode", "Dynamic filtering.")
-    adv_scope: Literal["group", "batch"] = _grpo("adv_scope", "Advantage normalisation scope.")
-    resample_budget: int = _grpo("resample_budget", "Extra tasks a step may draw to replace filtered groups.",
-                                 ge=0)
-    minibatches: int = _grpo("minibatches", "Optimizer steps per batch (PPO minibatches).", ge=1)
-    micro_batch_size: int = _grpo("micro_batch_size", "Rows per forward/backward.", ge=1)
-    temperature: float = _grpo("temperature", "Rollout sampling temperature.", ge=0)
-    top_p: float = _grpo("top_p", "Rollout nucleus sampling.", gt=0, le=1)
-    top_k: int = _grpo("top_k", "Rollout top-k (0: none).", ge=0)
-    max_new_tokens: int = _grpo("max_new_tokens", "Most tokens per assistant turn.", ge=1)
-    max_messages: int = _grpo("max_messages", "Messages per episode before termination.", ge=2)
-    max_errors: int = _grpo("max_errors", "Failed tool calls before too_many_errors termination.", ge=1)
-    max_seq_tokens: Optional[int] = _grpo("max_seq_tokens", "Longer rows are left out of the update.", ge=16)
-    loss_norm: Literal["token", "sequence"] = _grpo("loss_norm", "'token': over the batch's tokens (paper).")
-    max_grad_norm: float = _grpo("max_grad_norm", "Gradient clipping by global norm.", gt=0)
-    weight_decay: float = _grpo("weight_decay", "AdamW weight decay.", ge=0)
-    user_temperature: float = _grpo("user_temperature", "User simulator sampling temperature.", ge=0)
-    user_max_new_tokens: int = _grpo("user_max_new_tokens", "Most tokens per user turn.", ge=1)
     dtype: str = Field(default="auto", description="'auto' (bf16 on CUDA, else fp32) or a torch dtype name.")
 
 

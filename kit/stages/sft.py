@@ -24,17 +24,13 @@ from typing import Literal, Optional
 from pydantic import Field
 
 from kit import metrics as M
-from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_default, mechanism_kwargs
-from kit.train.sft import SFTConfig
+from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_kwargs
+from kit.train.sft import SFTConfig, SFTKnobs
 
 
-def _sft(name: str, description: str, **bounds):
-    """A field whose default is SFTConfig's (declared there once)."""
-    return Field(default=mechanism_default(SFTConfig, name), description=description, **bounds)
-
-
-class Config(ModelStageConfig):
-    """What the SFT stages take: the data, the start model, and kit.train.sft.SFTConfig's knobs."""
+class Config(ModelStageConfig, SFTKnobs):
+    """What the SFT stages take: the data, the start model; every training knob is
+    kit.train.sft.SFTKnobs' (declared there once, inherited here)."""
 
     data: Optional[str] = Field(default=None, description="'@<synthesize stage>', a folder with sft_*.jsonl, "
                                 "or 'gold' (the domain's gold dialogues only). None: the latest synthesize stage.")
@@ -46,26 +42,6 @@ class Config(ModelStageConfig):
                                       "uses; a domain without it (mock) uses its default set (flagged).")
     gold_limit: Optional[int] = Field(default=None, ge=1, description="Use at most this many gold tasks.")
     max_samples: Optional[int] = Field(default=None, ge=1, description="Use at most this many samples.")
-    lora: bool = _sft("lora", "Train LoRA adapters instead of all weights (merged into the saved weights).")
-    lora_r: int = _sft("lora_r", "LoRA rank.", ge=1)
-    lora_alpha: int = _sft("lora_alpha", "LoRA scaling numerator (update scaled by alpha / r).", ge=1)
-    lora_dropout: float = _sft("lora_dropout", "Dropout on the LoRA branch.", ge=0.0, lt=1.0)
-    lora_target_modules: str | list[str] = _sft("lora_target_modules", "Modules that get adapters: a list of "
-                                                "names, or 'all-linear'.")
-    lr: float = _sft("lr", "Peak AdamW learning rate (full ~1e-5..2e-5, LoRA ~1e-4..2e-4).", gt=0)
-    lr_scheduler: str = _sft("lr_scheduler", "transformers scheduler: linear, cosine, constant, ...")
-    warmup_steps: int = _sft("warmup_steps", "Linear warm-up steps.", ge=0)
-    epochs: float = _sft("epochs", "Passes over the data (ignored when train_steps > 0).", gt=0)
-    train_steps: int = _sft("train_steps", "Optimizer steps; > 0 overrides epochs.")
-    batch_size: int = _sft("batch_size", "Sequences per device per forward pass.", ge=1)
-    grad_accum: int = _sft("grad_accum", "Forward passes per optimizer step.", ge=1)
-    max_seq_len: int = _sft("max_seq_len", "Longest training sequence in tokens (prompts cut from the left).",
-                            ge=16)
-    gradient_checkpointing: bool = _sft("gradient_checkpointing", "Recompute activations: less memory, more time.")
-    dtype: str = _sft("dtype", "'auto' (bf16 on CUDA, else fp32), float32, bfloat16 or float16.")
-    logging_steps: int = _sft("logging_steps", "Loss logged every this many optimizer steps.", ge=1)
-    use_unsloth: Literal["auto", True, False] = _sft("use_unsloth", "'auto': Unsloth when CUDA and the "
-                                                     "package are there; True: require it; False: never.")
 
 
 class Outputs(StageOutputs):

@@ -22,40 +22,20 @@ from typing import Optional
 
 from pydantic import Field
 
-from kit.engine.config import EngineConfig
-from kit.stages.base import ModelStageConfig, StageOutputs, count_lines, inherit, mechanism_kwargs
+from kit.engine.config import EngineConfig, EngineKnobs
+from kit.stages.base import ModelStageConfig, StageOutputs, count_lines, mechanism_kwargs
 
 PRODUCED = ("tasks.jsonl", "rl_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
             "failures.jsonl")
 
 
-class Config(ModelStageConfig):
-    """The engine's settings a recipe sets (kit.engine.EngineConfig minus where outputs go)."""
+class Config(ModelStageConfig, EngineKnobs):
+    """The engine's backends; every engine knob is kit.engine.config.EngineKnobs' (declared there
+    once, inherited here)."""
 
-    rounds: int = inherit(EngineConfig, "rounds")
-    num_plans: int = inherit(EngineConfig, "num_plans")
-    tasks_per_plan: int = inherit(EngineConfig, "tasks_per_plan")
-    group_size: int = inherit(EngineConfig, "group_size")
-    validation: bool = inherit(EngineConfig, "validation")
-    evolution: bool = inherit(EngineConfig, "evolution")
-    llm_judge: bool = inherit(EngineConfig, "llm_judge")
-    judge_threshold: float = inherit(EngineConfig, "judge_threshold")
     model: Optional[str] = Field(default=None, description="Engine roles' backend (None: the recipe's base_model).")
     agent_model: Optional[str] = Field(default=None, description="Assistant in rollouts (None: model).")
     user_model: Optional[str] = Field(default=None, description="User simulator in rollouts (None: model).")
-    sft_tokenizer: Optional[str] = inherit(EngineConfig, "sft_tokenizer")
-    max_messages: int = inherit(EngineConfig, "max_messages")
-    max_new_tokens: int = inherit(EngineConfig, "max_new_tokens")
-    user_max_new_tokens: int = inherit(EngineConfig, "user_max_new_tokens")
-    temperature: float = inherit(EngineConfig, "temperature")
-    explore_steps: int = inherit(EngineConfig, "explore_steps")
-    max_repairs: int = inherit(EngineConfig, "max_repairs")
-    repair_scenario: bool = inherit(EngineConfig, "repair_scenario")
-    max_similarity: float = inherit(EngineConfig, "max_similarity")
-    choice_temperature: float = inherit(EngineConfig, "choice_temperature")
-    concurrency: int = inherit(EngineConfig, "concurrency")
-    gold_dialogues: bool = inherit(EngineConfig, "gold_dialogues")
-    wandb: bool = inherit(EngineConfig, "wandb")
 
 
 class Outputs(StageOutputs):

@@ -44,7 +44,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -347,13 +347,11 @@ class GRPOTrainer:
 
     def save(self, path: str | Path) -> Path:
         """Write an HF folder (weights, config, tokenizer) plus the GRPO config as grpo_config.json."""
-        import json
-
         path = Path(path)
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
             path.mkdir(parents=True, exist_ok=True)
             self.policy.save_pretrained(path, save_function=self.acc.save)
             self.tokenizer.save_pretrained(path)
-            (path / "grpo_config.json").write_text(json.dumps(asdict(self.cfg), indent=2))
+            (path / "grpo_config.json").write_text(self.cfg.model_dump_json(indent=2))
         return path

@@ -37,61 +37,58 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-@dataclass
-class SFTConfig:
-    """One SFT run. Defaults suit a small dense model; the paper publishes no SFT hyperparameters."""
+class SFTKnobs(BaseModel):
+    """SFT's recipe knobs, each declared once (the `sft_user` / `sft_agent` stages' Config inherits
+    them). Defaults suit a small dense model; the paper publishes no SFT hyperparameters."""
 
-    model_path: str | None = None
-    """HF model folder to start from; None = the embedded SmolLM2-135M-Instruct (kit.llm)."""
-    output_dir: str = "runs/sft"
-    """Where the final HF folder (merged weights + tokenizer), loss_curve.json and sft_metrics.json go."""
-    lora: bool = False
-    """Train LoRA adapters (PEFT) instead of all weights; they are merged into the saved weights."""
-    lora_r: int = 16
-    """LoRA rank."""
-    lora_alpha: int = 32
-    """LoRA scaling numerator (the update is scaled by alpha / r)."""
-    lora_dropout: float = 0.0
-    """Dropout on the LoRA branch."""
-    lora_target_modules: str | list[str] = "all-linear"
-    """Modules that get adapters: a list of names, or "all-linear" (every linear layer but the head)."""
-    lr: float = 2e-5
-    """Peak learning rate (AdamW). Full fine-tuning ~1e-5..2e-5; LoRA usually wants ~1e-4..2e-4."""
-    lr_scheduler: str = "linear"
-    """transformers scheduler name: "linear", "cosine", "constant", ..."""
-    warmup_steps: int = 0
-    """Linear warm-up steps."""
-    epochs: float = 1.0
-    """Passes over the data (ignored when train_steps > 0)."""
-    train_steps: int = -1
-    """Optimizer steps to run; > 0 overrides `epochs`."""
-    batch_size: int = 4
-    """Sequences per device per forward pass."""
-    grad_accum: int = 1
-    """Forward passes per optimizer step (effective batch = batch_size x grad_accum x devices)."""
-    max_seq_len: int = 4096
-    """Longest training sequence in tokens; longer prompts are truncated from the left (see module doc)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass: less memory, ~30% more time (TRL's default is on)."""
-    dtype: str = "auto"
-    """"auto" = bfloat16 on CUDA when supported, float32 otherwise; or "float32" / "bfloat16" / "float16"."""
-    seed: int = 0
-    """Seed for data order, LoRA init and dropout."""
-    logging_steps: int = 1
-    """Log the training loss every this many optimizer steps (the loss curve's resolution)."""
-    report_to: str = "none"
-    """"none" or "wandb" (offline unless WANDB_MODE says otherwise)."""
-    run_name: str | None = None
-    """Name of the W&B run."""
-    use_unsloth: bool | str = "auto"
-    """"auto": Unsloth when CUDA and the package are there; True: require it; False: never."""
+    model_config = ConfigDict(extra="forbid")
+
+    lora: bool = Field(default=False, description="Train LoRA adapters (PEFT) instead of all weights; they are "
+                       "merged into the saved weights.")
+    lora_r: int = Field(default=16, ge=1, description="LoRA rank.")
+    lora_alpha: int = Field(default=32, ge=1, description="LoRA scaling numerator (the update is scaled by alpha / r).")
+    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA branch.")
+    lora_target_modules: str | list[str] = Field(default="all-linear", description="Modules that get adapters: a "
+                                                 "list of names, or 'all-linear' (every linear layer but the head).")
+    lr: float = Field(default=2e-5, gt=0, description="Peak learning rate (AdamW). Full fine-tuning ~1e-5..2e-5; "
+                      "LoRA usually wants ~1e-4..2e-4.")
+    lr_scheduler: str = Field(default="linear", description="transformers scheduler name: linear, cosine, constant, ...")
+    warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up steps.")
+    epochs: float = Field(default=1.0, gt=0, description="Passes over the data (ignored when train_steps > 0).")
+    train_steps: int = Field(default=-1, description="Optimizer steps to run; > 0 overrides `epochs`.")
+    batch_size: int = Field(default=4, ge=1, description="Sequences per device per forward pass.")
+    grad_accum: int = Field(default=1, ge=1, description="Forward passes per optimizer step (effective batch = "
+                            "batch_size x grad_accum x devices).")
+    max_seq_len: int = Field(default=4096, ge=16, description="Longest training sequence in tokens; longer "
+                             "prompts are truncated from the left (see the module doc).")
+    gradient_checkpointing: bool = Field(default=False, description="Recompute activations in the backward pass: "
+                                         "less memory, ~30% more time (TRL's default is on).")
+    dtype: str = Field(default="auto", description="'auto' = bfloat16 on CUDA when supported, float32 otherwise; "
+                       "or float32 / bfloat16 / float16.")
+    logging_steps: int = Field(default=1, ge=1, description="Log the training loss every this many optimizer "
+                               "steps (the loss curve's resolution).")
+    use_unsloth: Literal["auto", True, False] = Field(default="auto", description="'auto': Unsloth when CUDA and "
+                                                      "the package are there; True: require it; False: never.")
+
+
+class SFTConfig(SFTKnobs):
+    """One SFT run: the knobs plus what the caller resolves (start model, output folder, W&B)."""
+
+    model_path: Optional[str] = Field(default=None, description="HF model folder to start from; None = the "
+                                      "embedded SmolLM2-135M-Instruct (kit.llm).")
+    output_dir: str = Field(default="runs/sft", description="Where the final HF folder (merged weights + "
+                            "tokenizer), loss_curve.json and sft_metrics.json go.")
+    seed: int = Field(default=0, description="Seed for data order, LoRA init and dropout.")
+    report_to: str = Field(default="none", description="'none' or 'wandb' (offline unless WANDB_MODE says otherwise).")
+    run_name: Optional[str] = Field(default=None, description="Name of the W&B run.")
 
 
 # ----- data --------------------------------------------------------------------------------------
@@ -375,7 +372,7 @@ def run_sft(samples_or_path: Any, config: SFTConfig | None = None) -> dict:
         "tokens_seen": trainer.tokens_seen,
         **counts,
         "output_dir": str(out),
-        "config": asdict(config),
+        "config": config.model_dump(mode="json"),
     }
     write_loss_curve(out, curve)
     (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
