@@ -25,10 +25,11 @@ def chromium() -> str | None:
     return None
 
 
-def browse(binary: str, url: str, *args: str) -> subprocess.CompletedProcess:
+def browse(binary: str, url: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    """Chromium headless on `url`; `profile` is this test's own (two at once cannot share one: its lock)."""
     return subprocess.run([binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                            "--hide-scrollbars", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
-                           "--user-data-dir=" + str(ARTIFACTS / ".chromium-profile"), *args, url],
+                           "--user-data-dir=" + str(profile), *args, url],
                           capture_output=True, text=True, timeout=180)
 
 
@@ -46,7 +47,7 @@ def test_report_opens_in_headless_chromium_without_errors(tmp_path, arms):
     url = rep.html_path.resolve().as_uri()
     ARTIFACTS.mkdir(exist_ok=True)
 
-    dom = browse(binary, url, "--dump-dom")
+    dom = browse(binary, url, tmp_path / "chromium-profile", "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
     body = re.search(r"<body[^>]*>", dom.stdout)
     assert body, dom.stdout[:500]
@@ -63,6 +64,6 @@ def test_report_opens_in_headless_chromium_without_errors(tmp_path, arms):
 
     shot = ARTIFACTS / f"report-{'ablation' if arms else 'run'}.png"
     shot.unlink(missing_ok=True)
-    r = browse(binary, url, "--window-size=1200,2400", f"--screenshot={shot}")
+    r = browse(binary, url, tmp_path / "chromium-profile", "--window-size=1200,2400", f"--screenshot={shot}")
     assert r.returncode == 0 and shot.exists() and shot.stat().st_size > 20_000, r.stderr[-2000:]
     print(f"screenshot: {shot}")
