@@ -29,23 +29,24 @@ backend = 'hf'  # How a model *folder* is served for sampling: 'hf' (transformer
 model = None  # Agent. None: the latest grpo / sft_agent stage, else the base_model.
 user_model = None  # User simulator at evaluation time (None: the base_model, the same referee for every arm).
 label = None  # Name of this evaluation in the report.
-split = 'default'  # τ² split (train / test / base), 'default' or 'heldout' (the kit's own).
-tasks_file = None  # JSON list or JSONL of tau2 Task objects; replaces split.
+training_data = None  # What the agent trained on, checked against the evaluation tasks' gold actions (kit.eval.leak): files, folders or 'split:<name>'. None: every synthesize / sft_user / sft_agent / grpo stage of this run that ran before this one.
+split = 'default'  # τ² split: train / test / base, 'default' (tau2's default set), 'heldout' (the kit's own) or None (all).
+tasks_file = None  # JSON list or JSONL of tau2 Task objects; replaces `split`.
 trials = 4  # Episodes per task (pass^k needs k <= trials).
-temperature = 0.0  # Agent sampling temperature.
+temperature = 0.0  # Agent sampling temperature (the paper evaluates at 0.6; tau2's papers often at 0).
 user_temperature = 0.0  # User simulator sampling temperature.
-max_messages = 50  # Messages per episode (the paper: up to 50 orchestrator steps; tau2: 100).
 max_new_tokens = 192  # Most tokens per agent turn.
 user_max_new_tokens = 192  # Most tokens per user turn.
+max_messages = 50  # Messages per episode (tau2's max_steps; the paper: up to 50 orchestrator steps; tau2: 100).
 max_errors = 10  # Failed tool calls before too_many_errors termination.
 batch_size = 16  # Episodes advanced together (one batched forward pass per turn).
 limit = None  # First N tasks only.
-cross_check = False  # Also score every episode with tau2's evaluator (agreement).
-protocol = 'kit'  # 'kit' (kit loop + verifier) or 'tau2' (tau2's own orchestrator and user simulator; needs openai: specs).
-training_data = None  # What the agent trained on, checked against the evaluation tasks' gold actions (kit.eval.leak): files, folders or 'split:<name>'. None: every synthesize / sft_user / sft_agent / grpo stage of this run that ran before this one.
-allow_overlap = False  # Evaluate even when evaluation tasks overlap the training data (the report still shows the overlap); off: the stage fails.
+cross_check = False  # Also score every episode with tau2's evaluator and report agreement.
+allow_overlap = False  # Evaluate even when some evaluation tasks' gold actions are all in the training data (the report still shows the overlap); off: the evaluation fails.
+protocol = 'kit'  # 'kit' (kit loop + kit verifier) or 'tau2' (tau2's own orchestrator, agent, user simulator and evaluator through litellm; needs openai: specs, see kit.eval.tau2_native).
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---
+stage = None        # the recipe's stage name
 run_id = None       # the run: runs/<run_id>/
 stage_id = None     # this stage's id in the recipe
 arm = None          # ablation arm, if any

@@ -30,6 +30,7 @@ ci = 0.95  # Confidence of the pass^1 bootstrap intervals.
 bootstrap = 2000  # Bootstrap resamples.
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---
+stage = None        # the recipe's stage name
 run_id = None       # the run: runs/<run_id>/
 stage_id = None     # this stage's id in the recipe
 arm = None          # ablation arm, if any

@@ -26,6 +26,9 @@ seed = 0  # Seed of everything random in the stage.
 threads = None  # torch CPU threads (None: torch's default).
 domain = 'mock'  # τ² domain (mock, airline, retail, telecom) or a registered kit domain.
 backend = 'hf'  # How a model *folder* is served for sampling: 'hf' (transformers) or 'vllm' (GPU offline engine).
+model = None  # Engine roles' backend (None: the recipe's base_model).
+agent_model = None  # Assistant in rollouts (None: model).
+user_model = None  # User simulator in rollouts (None: model).
 rounds = 3  # K rounds of synthesis → rollouts → reflection.
 num_plans = 4  # Plan pairs per round (the paper's ablation: 4 vs 64).
 tasks_per_plan = 2  # Task proposals per plan per round.
@@ -34,10 +37,8 @@ validation = True  # off = no task checks and no trajectory filtering.
 evolution = True  # off = plans stay as the meta-planner wrote them.
 llm_judge = True  # The validator's model judgment after the executable checks.
 judge_threshold = 0.7  # Reject when the judge's P(no) exceeds it.
-model = None  # Engine roles' backend (None: the recipe's base_model).
-agent_model = None  # Assistant in rollouts (None: model).
-user_model = None  # User simulator in rollouts (None: model).
 sft_tokenizer = None  # HF folder whose chat template renders SFT samples (default: the agent model's; needed for endpoints).
+concurrency = 8  # Units (plans) in flight at once with endpoint backends; in-process hf models always run one unit at a time.
 max_messages = 16  # Messages per rollout episode.
 max_new_tokens = 96  # Most tokens per agent turn in rollouts.
 user_max_new_tokens = 96  # Most tokens per user turn in rollouts.
@@ -45,13 +46,13 @@ temperature = 0.8  # Rollout sampling temperature (agent and user).
 explore_steps = 2  # Read calls the synthesizer makes before proposing.
 max_repairs = 2  # Re-choices of a gold write that errors or changes nothing.
 repair_scenario = True  # Append known facts the model's prose dropped.
-max_similarity = 0.75  # Near-duplicate plan threshold.
-choice_temperature = 1.0  # Softmax temperature of constrained choices.
-concurrency = 8  # Units (plans) in flight at once with endpoint backends; in-process hf models always run one unit at a time.
 gold_dialogues = True  # Also write each accepted task's gold-replay dialogue to sft_agent.jsonl (meta.source = 'gold').
+choice_temperature = 1.0  # Softmax temperature of constrained choices.
+max_similarity = 0.75  # Near-duplicate plan threshold.
 wandb = True  # Log round metrics to W&B (offline unless WANDB_MODE says otherwise).
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---
+stage = None        # the recipe's stage name
 run_id = None       # the run: runs/<run_id>/
 stage_id = None     # this stage's id in the recipe
 arm = None          # ablation arm, if any

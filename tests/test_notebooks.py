@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -15,11 +16,12 @@ import nbformat
 import pytest
 
 from kit.runner.stages import RUNNER_FIELDS, STAGES
+from kit.stages import MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = {s: ROOT / "notebooks" / f"{s}.py" for s in STAGES}
-MODULE = {"synthesize": "synthesize", "sft_user": "sft", "sft_agent": "sft", "grpo": "grpo",
-          "evaluate": "evaluate", "report": "report"}
+# one notebook per stage module: sft_user and sft_agent share notebooks/sft.py
+NOTEBOOKS = {s: ROOT / "notebooks" / f"{MODULES[s]}.py" for s in STAGES}
+MODULE = MODULES
 
 
 def _cells(stage):
@@ -33,12 +35,13 @@ def test_notebook_is_a_thin_driver_of_its_stage_module(stage):
     nb, params = _cells(stage)
     assert len(params) == 1, f"{stage}: needs exactly one cell tagged 'parameters'"
     assert nb.metadata["kernelspec"]["name"] == "python3"
-    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith(f"# Stage `{stage}`")
+    assert nb.cells[0].cell_type == "markdown" and f"`{stage}`" in nb.cells[0].source.splitlines()[0]
     code = [c.source for c in nb.cells if c.cell_type == "code" and c is not params[0]]
     lines = [x for src in code for x in src.splitlines() if x.strip() and not x.lstrip().startswith("#")]
     assert len(lines) <= 25, f"{stage}: {len(lines)} lines of code outside the parameters cell"
     text = "\n".join(code)
-    assert f'begin("{stage}", globals())' in text and f"{MODULE[stage]}.run(st.config, st)" in text
+    assert re.search(r'begin\("(' + "|".join(s for s in STAGES if MODULES[s] == MODULE[stage]) + r')", globals\(\)\)',
+                     text) and f"{MODULE[stage]}.run(st.config, st)" in text
     assert "st.finish(out)" in text
     for node in ast.walk(ast.parse(text)):  # no stage logic: no functions, loops or classes of its own
         assert not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.For, ast.While, ast.With)), \
@@ -54,10 +57,13 @@ def test_parameters_cell_matches_the_stage_config(stage):
             values[node.targets[0].id] = ast.literal_eval(node.value)
     config = STAGES[stage]
     assert sorted(values) == sorted(list(config.model_fields) + list(RUNNER_FIELDS))
+    comments = {line.split(" = ")[0]: line.split("  # ", 1)[1] for line in params[0].source.splitlines()
+                if " = " in line and "  # " in line}
     for name, f in config.model_fields.items():
         if not f.is_required():
             assert values[name] == f.default, f"{stage}: {name} = {values[name]!r} in the notebook, " \
                                               f"{f.default!r} in its Config"
+        assert comments[name] == f.description, f"{stage}: {name}'s comment is not its Config description"
     assert all(values[k] is None for k in RUNNER_FIELDS)
 
 

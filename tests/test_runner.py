@@ -18,6 +18,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from kit.runner import RecipeError, load_recipe
+from kit.stages import MODULES
 from kit.runner.stages import RUNNER_FIELDS, STAGES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,7 +218,7 @@ def stub_notebooks(where: Path) -> Path:
         pc.metadata["tags"] = ["parameters"]
         nb = new_notebook(cells=[pc, new_code_cell(f"STAGE = {stage!r}\n" + STUB_CODE.get(stage, "") + STUB_BODY)])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        nbformat.write(nb, str(where / f"{stage}.ipynb"))
+        nbformat.write(nb, str(where / f"{MODULES[stage]}.ipynb"))  # sft_user and sft_agent: one sft.ipynb
     return where
 
 

@@ -10,7 +10,7 @@ For each planned stage, in order:
   3. skip it when its folder holds a `stage.json` with status "complete", the same fingerprint,
      and every output it lists still exists ("resume after a crash");
      in an ablation, a stage identical to one another arm already ran is shared, not rerun;
-  4. else execute notebooks/<stage>.py (jupytext; an .ipynb where no .py) with papermill into <stage folder>/<id>.ipynb, cell
+  4. else execute notebooks/<module>.py (jupytext; an .ipynb where no .py) with papermill into <stage folder>/<id>.ipynb, cell
      output streamed to the terminal. A failing cell stops the chain: the executed notebook keeps
      the traceback, manifest.json says which stage failed and why, and `kit run` exits 1. Run the
      same command again and it resumes at that stage. A stage that had completed with other
@@ -77,10 +77,14 @@ def _sha(text: str) -> str:
 
 
 def notebook_path(stage: str, notebooks_dir: Optional[Path] = None) -> Path:
-    """notebooks/<stage>.py (jupytext percent format, the source of truth), else <stage>.ipynb."""
+    """notebooks/<module>.py (jupytext percent format, the source of truth), else <module>.ipynb: one
+    notebook per stage module (sft_user and sft_agent share notebooks/sft.py; `stage` tells it which)."""
+    from kit.stages import MODULES
+
     where = Path(notebooks_dir or NOTEBOOKS_DIR)
-    script = where / f"{stage}.py"
-    return script if script.exists() else where / f"{stage}.ipynb"
+    name = MODULES.get(stage, stage)
+    script = where / f"{name}.py"
+    return script if script.exists() else where / f"{name}.ipynb"
 
 
 def load_notebook(path: Path) -> Any:
@@ -255,7 +259,7 @@ class Runner:
             if ps.stage == "report":
                 params["report_dir"] = params.get("report_dir") or str(self.reports_dir / self.run_id)
                 res.report_dir = Path(params["report_dir"])
-            injected = {**params, "run_id": self.run_id, "stage_id": ps.id, "arm": ps.arm, "out_dir": str(sdir),
+            injected = {**params, "stage": ps.stage, "run_id": self.run_id, "stage_id": ps.id, "arm": ps.arm, "out_dir": str(sdir),
                         "run_dir": str(self.run_dir), "wandb_group": self.run_id, "fingerprint": fp}
             out_nb = sdir / f"{ps.id}.ipynb"
             entry["executed_notebook"] = str(out_nb)

@@ -28,7 +28,7 @@ from kit.stages.base import StageOutputs
 BANNER = "!" * 100
 
 # Set by the runner for every stage (where outputs go, the W&B group, ...); a recipe may not set them.
-RUNNER_FIELDS = ("run_id", "stage_id", "arm", "out_dir", "run_dir", "wandb_group", "fingerprint")
+RUNNER_FIELDS = ("stage", "run_id", "stage_id", "arm", "out_dir", "run_dir", "wandb_group", "fingerprint")
 
 
 class Stage:
@@ -126,7 +126,17 @@ def peak_rss_gib() -> float | None:
 
 def begin(stage: str, namespace: dict) -> Stage:
     """Validate the notebook's parameters (from `namespace`, its globals()) against the stage's
-    schema, set seeds and torch threads, and make the stage's folder."""
+    schema, set seeds and torch threads, and make the stage's folder. `stage` is the notebook's
+    own stage; the `stage` parameter `kit run` injects overrides it within the same module
+    (notebooks/sft.py runs sft_user or sft_agent)."""
+    from kit.stages import MODULES
+
+    given = namespace.get("stage")
+    if given and given != stage:
+        if MODULES.get(given) != MODULES.get(stage):
+            raise ValueError(f"stage {given!r} cannot run in the notebook of {stage!r} "
+                             f"(kit/stages/{MODULES.get(stage, stage)}.py)")
+        stage = given
     schema = config_class(stage)
     params = schema.model_validate({k: namespace[k] for k in schema.model_fields if k in namespace}).model_dump()
     runner = {k: namespace.get(k) for k in RUNNER_FIELDS}

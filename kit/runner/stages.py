@@ -1,7 +1,7 @@
 """How the runner wires stages together: which stages a recipe can name (their configs live in
 kit/stages/<stage>.py), what each produces, which parameters take `@<stage id>` references.
 
-One notebook per stage lives in notebooks/<stage>.py (jupytext); its `parameters` cell lists the
+One notebook per stage module lives in notebooks/<module>.py (jupytext; sft_user and sft_agent share sft.py); its `parameters` cell lists the
 same fields as the stage's Config (tests/test_notebooks.py checks that they agree). Every Config
 forbids unknown fields, so a misspelt parameter is an error, never a silent default.
 

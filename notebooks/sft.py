@@ -11,9 +11,10 @@
 # ---
 
 # %% [markdown]
-# # Stage `sft_agent`: SFT of the agent
+# # Stages `sft_user` and `sft_agent`: SFT of the user simulator or the agent
 #
-# Supervised fine-tuning of the agent on the engine's `sft_agent.jsonl` (the domain's gold dialogues
+# Supervised fine-tuning of the user simulator or the agent (`stage`: which) on the engine's
+# `sft_user.jsonl` / `sft_agent.jsonl` (the domain's gold dialogues
 # if the engine gave none, said loudly). What it does and what it simplifies: `kit/stages/sft.py`.
 # Output: `model/`, a plain HF folder.
 #
@@ -21,7 +22,7 @@
 # `runs/<run-id>/<stage-id>/`), or by hand in JupyterLab with the defaults below.
 
 # %% tags=["parameters"]
-# Parameters of the `sft_agent` stage: kit/stages/sft.py's Config (papermill overrides them).
+# Parameters of the `sft_user` and `sft_agent` stages: kit/stages/sft.py's Config (papermill overrides them).
 seed = 0  # Seed of everything random in the stage.
 threads = None  # torch CPU threads (None: torch's default).
 domain = 'mock'  # τ² domain (mock, airline, retail, telecom) or a registered kit domain.
@@ -32,25 +33,26 @@ fallback = 'gold'  # No engine samples: train on the domain's gold dialogues (sa
 gold_split = 'train'  # Split whose gold dialogues the fallback uses; a domain without it (mock) uses its default set (flagged).
 gold_limit = None  # Use at most this many gold tasks.
 max_samples = None  # Use at most this many samples.
-lora = False  # Train LoRA adapters instead of all weights (merged into the saved weights).
+lora = False  # Train LoRA adapters (PEFT) instead of all weights; they are merged into the saved weights.
 lora_r = 16  # LoRA rank.
-lora_alpha = 32  # LoRA scaling numerator (update scaled by alpha / r).
+lora_alpha = 32  # LoRA scaling numerator (the update is scaled by alpha / r).
 lora_dropout = 0.0  # Dropout on the LoRA branch.
-lora_target_modules = 'all-linear'  # Modules that get adapters: a list of names, or 'all-linear'.
-lr = 2e-05  # Peak AdamW learning rate (full ~1e-5..2e-5, LoRA ~1e-4..2e-4).
-lr_scheduler = 'linear'  # transformers scheduler: linear, cosine, constant, ...
+lora_target_modules = 'all-linear'  # Modules that get adapters: a list of names, or 'all-linear' (every linear layer but the head).
+lr = 2e-05  # Peak learning rate (AdamW). Full fine-tuning ~1e-5..2e-5; LoRA usually wants ~1e-4..2e-4.
+lr_scheduler = 'linear'  # transformers scheduler name: linear, cosine, constant, ...
 warmup_steps = 0  # Linear warm-up steps.
 epochs = 1.0  # Passes over the data (ignored when train_steps > 0).
-train_steps = -1  # Optimizer steps; > 0 overrides epochs.
+train_steps = -1  # Optimizer steps to run; > 0 overrides `epochs`.
 batch_size = 4  # Sequences per device per forward pass.
-grad_accum = 1  # Forward passes per optimizer step.
-max_seq_len = 4096  # Longest training sequence in tokens (prompts cut from the left).
-gradient_checkpointing = False  # Recompute activations: less memory, more time.
-dtype = 'auto'  # 'auto' (bf16 on CUDA, else fp32), float32, bfloat16 or float16.
-logging_steps = 1  # Loss logged every this many optimizer steps.
+grad_accum = 1  # Forward passes per optimizer step (effective batch = batch_size x grad_accum x devices).
+max_seq_len = 4096  # Longest training sequence in tokens; longer prompts are truncated from the left (see the module doc).
+gradient_checkpointing = False  # Recompute activations in the backward pass: less memory, ~30% more time (TRL's default is on).
+dtype = 'auto'  # 'auto' = bfloat16 on CUDA when supported, float32 otherwise; or float32 / bfloat16 / float16.
+logging_steps = 1  # Log the training loss every this many optimizer steps (the loss curve's resolution).
 use_unsloth = 'auto'  # 'auto': Unsloth when CUDA and the package are there; True: require it; False: never.
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---
+stage = None        # the recipe's stage name: sft_user or sft_agent (by hand: None runs sft_agent)
 run_id = None       # the run: runs/<run_id>/
 stage_id = None     # this stage's id in the recipe
 arm = None          # ablation arm, if any
@@ -70,7 +72,7 @@ from kit.runner.report import fig_sft
 from kit.runner.stage import begin
 from kit.stages import sft
 
-st = begin("sft_agent", globals())
+st = begin("sft_agent", globals())  # or sft_user: `kit run` sets `stage`
 out = sft.run(st.config, st)
 
 # %% [markdown]
