@@ -8,16 +8,11 @@ never sees the agent's tool calls. This is tau2's split of the two histories.
 
 from __future__ import annotations
 
-import json
-
 from kit.trajectory import Message
 
 
 def _calls(m: Message, requestor: str) -> list[dict]:
-    return [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-        for c in (m.tool_calls or []) if c.requestor == requestor
-    ]
+    return [c.to_openai() for c in (m.tool_calls or []) if c.requestor == requestor]
 
 
 def agent_view(messages: list[Message], system: str) -> list[dict]:
