@@ -170,3 +170,19 @@ def test_one_tool_call_record_for_backends_and_trajectories():
         '{"role":"assistant","content":null,"tool_calls":[{"id":"c1","name":"f","arguments":{"a":"é"},'
         '"requestor":"assistant"}]')
     assert tc.to_openai()["function"] == {"name": "f", "arguments": '{"a": "é"}'}
+
+
+def test_vllm_completion_carries_sampled_token_ids_and_their_logprobs():
+    """The conversion of a vLLM CompletionOutput (no GPU here: an object of vLLM's documented
+    shape, `logprobs` one {token id: Logprob} per sampled token) into a kit Completion."""
+    from types import SimpleNamespace as NS
+
+    from kit.llm.vllm_backend import VLLMBackend
+
+    out = NS(text='<tool_call>{"name": "get_users", "arguments": {}}</tool_call>', token_ids=[5, 9, 2],
+             finish_reason="stop",
+             logprobs=[{5: NS(logprob=-0.5), 7: NS(logprob=-1.0)}, {9: NS(logprob=-0.25)}, {2: NS(logprob=-2.0)}])
+    c = VLLMBackend._completion(out, prompt_tokens=11, logprobs=True)
+    assert c.token_ids == [5, 9, 2] and c.logprobs == [-0.5, -0.25, -2.0]
+    assert [t.name for t in c.tool_calls] == ["get_users"] and c.finish_reason == "tool_calls"
+    assert VLLMBackend._completion(out, prompt_tokens=11).logprobs is None  # not requested

@@ -29,10 +29,11 @@ class VLLMBackend(Backend):
         path: an HF model folder.
         tool_mode: "auto" | "native" | "prompt" (see kit.llm.prompting).
         dtype, gpu_memory_utilization, max_model_len, tensor_parallel_size: passed to `vllm.LLM`.
+        logprobs: completions carry the log-probability of each sampled token (vLLM's
+            `SamplingParams(logprobs=0)`: the sampled token only; vLLM's default logprobs mode is
+            the model's raw distribution, before temperature and top-p).
         engine_kwargs: anything else `vllm.LLM` accepts (enable_prefix_caching, seed, ...).
     """
-
-    caps = Capabilities(tokenizer=True, token_ids=True)
 
     def __init__(
         self,
@@ -43,8 +44,10 @@ class VLLMBackend(Backend):
         gpu_memory_utilization: float = 0.85,
         max_model_len: int | None = None,
         tensor_parallel_size: int = 1,
+        logprobs: bool = True,
         **engine_kwargs: Any,
     ):
+        self.caps = Capabilities(tokenizer=True, token_ids=True, logprobs=logprobs)
         try:
             import vllm
         except ImportError as exc:
@@ -96,7 +99,7 @@ class VLLMBackend(Backend):
         results = []
         for out in outputs:  # vLLM returns outputs in prompt order
             n_prompt = len(out.prompt_token_ids or [])
-            results.append([self._completion(o, n_prompt) for o in out.outputs])
+            results.append([self._completion(o, n_prompt, self.caps.logprobs) for o in out.outputs])
         return results
 
     def _sampling(self, params: SamplingParams, seed: int | None) -> Any:
@@ -108,11 +111,14 @@ class VLLMBackend(Backend):
             max_tokens=params.max_new_tokens,
             seed=seed,
             stop=params.stop or None,
+            logprobs=0 if self.caps.logprobs else None,
             **extra,
         )
 
     @staticmethod
-    def _completion(out: Any, prompt_tokens: int) -> Completion:
+    def _completion(out: Any, prompt_tokens: int, logprobs: bool = False) -> Completion:
+        """A kit Completion from a vLLM CompletionOutput (its `logprobs`: one {token id: Logprob} per
+        sampled token, the sampled token always among them)."""
         raw = out.text
         text, calls, errors = parse_tool_calls(raw)
         return Completion(
@@ -124,6 +130,8 @@ class VLLMBackend(Backend):
             completion_tokens=len(out.token_ids),
             finish_reason="tool_calls" if calls else out.finish_reason,
             token_ids=list(out.token_ids),
+            logprobs=[float(step[t].logprob) for t, step in zip(out.token_ids, out.logprobs)]
+            if logprobs and out.logprobs is not None else None,
         )
 
     def close(self) -> None:
