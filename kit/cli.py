@@ -12,6 +12,7 @@
   kit checker sandbox --code FILE.py            run check() sandboxed; one JSON verdict line
   kit checker mutate --domain D --task-id ID    mutation report of a task's checker
   kit run RECIPE.yaml [--run-id ID] [--set K=V]  validate a recipe, run its stage notebooks, render the report
+  kit view RUN [--arm A] [--task T]             one episode of a run as a dialogue with its verdict (first failed)
 """
 
 from __future__ import annotations
@@ -166,6 +167,17 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     cols = ["round", "proposals", "accepted", "acceptance_rate", "episodes", M.PASS_RATE, "diversity"]
     for row in pd.read_csv(out.files["rounds"]).to_dict("records"):
         print("  ".join(f"{c}={row[c]}" for c in cols))
+    return 0
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    from kit.runner.browser import view
+
+    try:
+        print(view(args.run, arm=args.arm, task=args.task, status=args.status))
+    except ValueError as e:
+        print(f"kit view: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -337,6 +349,14 @@ def build_parser() -> argparse.ArgumentParser:
     au.add_argument("run")
     au.add_argument("--register", action="append")
     au.set_defaults(fn=_cmd_audit)
+
+    vw = sub.add_parser("view", help="one episode of a run in the terminal, as the report's episode browser shows it")
+    vw.add_argument("run", help="runs/<run-id> (or the run id)")
+    vw.add_argument("--arm", default=None, help="an evaluation's arm, stage id or label, or an engine stage (synthesize[:r0])")
+    vw.add_argument("--task", default=None, help="a task id (default: any)")
+    vw.add_argument("--status", default="failed", choices=["failed", "passed", "max_steps", "all"],
+                    help="the first episode that is this (default failed; none: the first episode)")
+    vw.set_defaults(fn=_cmd_view)
 
     rn = sub.add_parser("run", help="run a recipe: stage notebooks via papermill, resumable, then the report")
     rn.add_argument("recipe", help="recipes/<name>.yaml")

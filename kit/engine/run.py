@@ -221,6 +221,8 @@ class Engine:
             rec, reasons = self._validate(plan, prop, chooser)
             row = prop.record()
             row.update({"round": r, "accepted": rec is not None, "reasons": reasons})
+            if rec is None and prop.task is not None:  # a rejected task is nowhere else: its scenario and gold
+                row["task"] = json.loads(prop.task.model_dump_json(exclude_none=True))
             proposals.append(row)
             if rec is not None:
                 accepted.append(rec)

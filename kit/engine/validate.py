@@ -109,7 +109,8 @@ def make_checker(domain: Domain, task, sandbox=None) -> tuple[CheckedTask, list[
     rec.checker.mutation_report = {"made": report.made, "must_reject": report.must_reject,
                                    "rejected": report.rejected, "slipped": len(report.slipped)}
     if report.slipped:
-        reasons.append({"check": "checker_strength", "detail": f"{len(report.slipped)} near-miss mutants slipped"})
+        reasons.append({"check": "checker_strength", "detail": f"{len(report.slipped)} near-miss mutants slipped",
+                        "mutation_report": rec.checker.mutation_report})
     return rec, reasons
 
 

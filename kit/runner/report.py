@@ -544,6 +544,11 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
         gr.figure(figures[-1])
         sections.append(gr)
 
+    # -- episodes: every evaluation's and engine round's dialogues, with verdicts (kit/runner/browser.py)
+    from kit.runner.browser import episode_section
+
+    sections.append(episode_section(data))
+
     # -- stages
     st = Section("Stages")
     st.table(pd.DataFrame([{"stage": s["key"], "status": s.get("status"), "wall s": s.get("wall_s"),
