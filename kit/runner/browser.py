@@ -484,7 +484,7 @@ SCRIPT = r"""
     while (view.firstChild) { view.removeChild(view.firstChild); }
     var t = g.total || {}, s = g.shown || {};
     counts.textContent = g.label + ": " + (t.episodes || 0) + " episodes (" + (t.passed || 0) + " passed, " + (t.failed || 0) +
-      " failed, " + (t.max_steps || 0) + " cut by max_steps); shown " + (s.episodes || 0) +
+      " failed, of which " + (t.max_steps || 0) + " cut by max_steps); shown " + (s.episodes || 0) +
       ((t.episodes || 0) > (s.episodes || 0) ? ", left out " + ((t.episodes || 0) - (s.episodes || 0)) + " (" +
         ((t.passed || 0) - (s.passed || 0)) + " passed, " + ((t.failed || 0) - (s.failed || 0)) + " failed)" : "") +
       (g.note ? " — " + g.note : "");
