@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from kit import metrics as M
+from kit.errors import USAGE_STATUS, BadInput, describe, is_user_error
 from kit.stages import config_class as _config
 from kit.stages.base import add_config_arguments, config_from_args
 
@@ -261,15 +262,14 @@ def _cmd_checker_mutate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from kit.runner import RecipeError, load_recipe, parse_override
+    from kit.runner import load_recipe, parse_override
     from kit.runner.execute import Runner, StageFailed
 
     try:
         overrides = dict(parse_override(x) for x in args.set or [])
-        recipe = load_recipe(args.recipe, overrides)
-    except (RecipeError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except ValueError as e:
+        raise BadInput(str(e), "--set takes KEY=VALUE, e.g. --set grpo.train_steps=4") from None
+    recipe = load_recipe(args.recipe, overrides, check_gpu=not args.validate)
     if args.validate:
         for ps in recipe.plan:
             refs = ", ".join(f"{k}<-{v}" for k, v in ps.refs.items())
@@ -283,7 +283,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         res = Runner(recipe, run_id, args.runs_dir, args.reports_dir, force=tuple(args.force or ())).run()
     except StageFailed as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return USAGE_STATUS if e.user_error else 1
     except KeyboardInterrupt:
         print(f"\ninterrupted: run the same command again to resume ({args.runs_dir}/{run_id}/manifest.json)",
               file=sys.stderr)
@@ -297,6 +297,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show the traceback of a user error too")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     sub.add_parser("doctor", help="versions, domains, embedded model, CPU/GPU").set_defaults(fn=_cmd_doctor)
@@ -392,8 +393,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.fn(args) or 0)
+    """Run one command. A user error (kit/errors.py) prints `error:` and `fix:` lines, no traceback,
+    and exits 2 (`--debug`: with the traceback); anything else is a bug and keeps its traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # anywhere on the line: `kit eval ... --debug` too
+    args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    try:
+        return int(args.fn(args) or 0)
+    except Exception as e:
+        if debug or not is_user_error(e):
+            raise
+        message, hint = describe(e)
+        print(f"error: {message}", file=sys.stderr)
+        if hint:
+            print(f"fix: {hint}", file=sys.stderr)
+        return USAGE_STATUS
 
 
 if __name__ == "__main__":  # pragma: no cover
