@@ -12,6 +12,11 @@
   kit checker sandbox --code FILE.py            run check() sandboxed; one JSON verdict line
   kit checker mutate --domain D --task-id ID    mutation report of a task's checker
   kit run RECIPE.yaml [--run-id ID] [--set K=V]  validate a recipe, run its stage notebooks, render the report
+  kit report RUN [--out DIR]                    (re)render a run's report: one self-contained HTML file
+  kit compare RUN_A RUN_B ... [--out DIR]       one comparison report of finished runs
+
+A user error (unknown name, missing file, dead endpoint, ...) prints `error:` and `fix:` and exits 2;
+add --debug for its traceback.
 """
 
 from __future__ import annotations
@@ -295,6 +300,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from kit.errors import NotFound
+    from kit.runner.report import build_report
+
+    run = Path(args.run)
+    if not (run / "manifest.json").is_file():
+        raise NotFound(f"no run in {run} (no manifest.json)", "give a run folder `kit run` wrote: runs/<run-id>")
+    rep = build_report(run, args.out or Path("reports") / run.name, title=args.title, bootstrap=args.bootstrap)
+    print(f"report: {rep.html_path} (one self-contained file, {rep.html_path.stat().st_size / 1e3:.0f} kB)")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from kit.runner.report import build_comparison
+
+    rep = build_comparison(args.runs, args.out, title=args.title, bootstrap=args.bootstrap)
+    print(f"comparison: {rep.html_path} (one self-contained file, {rep.html_path.stat().st_size / 1e3:.0f} kB)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show the traceback of a user error too")
@@ -350,6 +375,20 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--runs-dir", default="runs")
     rn.add_argument("--reports-dir", default="reports")
     rn.set_defaults(fn=_cmd_run)
+
+    rp = sub.add_parser("report", help="(re)render a run's report: one self-contained HTML file")
+    rp.add_argument("run", help="runs/<run-id>")
+    rp.add_argument("--out", default=None, help="report folder (default: reports/<run-id>)")
+    rp.add_argument("--title", default=None)
+    rp.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the pass^1 interval")
+    rp.set_defaults(fn=_cmd_report)
+
+    co = sub.add_parser("compare", help="one comparison report of finished runs (pass^k, engine, SFT, GRPO)")
+    co.add_argument("runs", nargs="+", help="runs/<run-id> folders")
+    co.add_argument("--out", default="reports/compare", help="report folder")
+    co.add_argument("--title", default=None)
+    co.add_argument("--bootstrap", type=int, default=2000)
+    co.set_defaults(fn=_cmd_compare)
 
     ck = sub.add_parser("checker", help="sandboxed checkers and mutation testing")
     cks = ck.add_subparsers(dest="checker", required=True)
