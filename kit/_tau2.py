@@ -38,7 +38,9 @@ DOMAIN_FUNCTIONS = {
 
 def _function(domain: str, which: int):
     if domain not in DOMAIN_FUNCTIONS:
-        raise KeyError(f"'{domain}' is not a built-in tau2 domain (known: {', '.join(DOMAIN_FUNCTIONS)})")
+        from kit.errors import UnknownName
+
+        raise UnknownName(f"'{domain}' is not a built-in tau2 domain (known: {', '.join(DOMAIN_FUNCTIONS)})")
     entry = DOMAIN_FUNCTIONS[domain]
     return getattr(importlib.import_module(entry[0]), entry[which])
 

@@ -13,6 +13,11 @@
   kit checker mutate --domain D --task-id ID    mutation report of a task's checker
   kit run RECIPE.yaml [--run-id ID] [--set K=V]  validate a recipe, run its stage notebooks, render the report
   kit view RUN [--arm A] [--task T]             one episode of a run as a dialogue with its verdict (first failed)
+  kit report RUN [--out DIR]                    (re)render a run's report: one self-contained HTML file
+  kit compare RUN_A RUN_B ... [--out DIR]       one comparison report of finished runs
+
+A user error (unknown name, missing file, dead endpoint, ...) prints `error:` and `fix:` and exits 2;
+add --debug for its traceback.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import time
 from pathlib import Path
 
 from kit import metrics as M
+from kit.errors import USAGE_STATUS, BadInput, describe, is_user_error
 from kit.stages import config_class as _config
 from kit.stages.base import add_config_arguments, config_from_args
 
@@ -173,11 +179,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 def _cmd_view(args: argparse.Namespace) -> int:
     from kit.runner.browser import view
 
-    try:
-        print(view(args.run, arm=args.arm, task=args.task, status=args.status))
-    except ValueError as e:
-        print(f"kit view: {e}", file=sys.stderr)
-        return 2
+    print(view(args.run, arm=args.arm, task=args.task, status=args.status))  # a bad name: UserError, exit 2
     return 0
 
 
@@ -273,15 +275,14 @@ def _cmd_checker_mutate(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from kit.runner import RecipeError, load_recipe, parse_override
+    from kit.runner import load_recipe, parse_override
     from kit.runner.execute import Runner, StageFailed
 
     try:
         overrides = dict(parse_override(x) for x in args.set or [])
-        recipe = load_recipe(args.recipe, overrides)
-    except (RecipeError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except ValueError as e:
+        raise BadInput(str(e), "--set takes KEY=VALUE, e.g. --set grpo.train_steps=4") from None
+    recipe = load_recipe(args.recipe, overrides, check_gpu=not args.validate)
     if args.validate:
         for ps in recipe.plan:
             refs = ", ".join(f"{k}<-{v}" for k, v in ps.refs.items())
@@ -295,7 +296,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         res = Runner(recipe, run_id, args.runs_dir, args.reports_dir, force=tuple(args.force or ())).run()
     except StageFailed as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return USAGE_STATUS if e.user_error else 1
     except KeyboardInterrupt:
         print(f"\ninterrupted: run the same command again to resume ({args.runs_dir}/{run_id}/manifest.json)",
               file=sys.stderr)
@@ -307,8 +308,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from kit.errors import NotFound
+    from kit.runner.report import build_report
+
+    run = Path(args.run)
+    if not (run / "manifest.json").is_file():
+        raise NotFound(f"no run in {run} (no manifest.json)", "give a run folder `kit run` wrote: runs/<run-id>")
+    rep = build_report(run, args.out or Path("reports") / run.name, title=args.title, bootstrap=args.bootstrap)
+    print(f"report: {rep.html_path} (one self-contained file, {rep.html_path.stat().st_size / 1e3:.0f} kB)")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from kit.runner.report import build_comparison
+
+    rep = build_comparison(args.runs, args.out, title=args.title, bootstrap=args.bootstrap)
+    print(f"comparison: {rep.html_path} (one self-contained file, {rep.html_path.stat().st_size / 1e3:.0f} kB)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show the traceback of a user error too")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     sub.add_parser("doctor", help="versions, domains, embedded model, CPU/GPU").set_defaults(fn=_cmd_doctor)
@@ -370,6 +392,20 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--reports-dir", default="reports")
     rn.set_defaults(fn=_cmd_run)
 
+    rp = sub.add_parser("report", help="(re)render a run's report: one self-contained HTML file")
+    rp.add_argument("run", help="runs/<run-id>")
+    rp.add_argument("--out", default=None, help="report folder (default: reports/<run-id>)")
+    rp.add_argument("--title", default=None)
+    rp.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the pass^1 interval")
+    rp.set_defaults(fn=_cmd_report)
+
+    co = sub.add_parser("compare", help="one comparison report of finished runs (pass^k, engine, SFT, GRPO)")
+    co.add_argument("runs", nargs="+", help="runs/<run-id> folders")
+    co.add_argument("--out", default="reports/compare", help="report folder")
+    co.add_argument("--title", default=None)
+    co.add_argument("--bootstrap", type=int, default=2000)
+    co.set_defaults(fn=_cmd_compare)
+
     ck = sub.add_parser("checker", help="sandboxed checkers and mutation testing")
     cks = ck.add_subparsers(dest="checker", required=True)
     cs = cks.add_parser("sandbox", help="run check() from FILE.py in the sandbox on a built-in example")
@@ -412,8 +448,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.fn(args) or 0)
+    """Run one command. A user error (kit/errors.py) prints `error:` and `fix:` lines, no traceback,
+    and exits 2 (`--debug`: with the traceback); anything else is a bug and keeps its traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # anywhere on the line: `kit eval ... --debug` too
+    args = build_parser().parse_args([a for a in argv if a != "--debug"])
+    try:
+        return int(args.fn(args) or 0)
+    except Exception as e:
+        if debug or not is_user_error(e):
+            raise
+        message, hint = describe(e)
+        print(f"error: {message}", file=sys.stderr)
+        if hint:
+            print(f"fix: {hint}", file=sys.stderr)
+        return USAGE_STATUS
 
 
 if __name__ == "__main__":  # pragma: no cover

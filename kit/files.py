@@ -15,12 +15,14 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from kit.errors import BadInput
 
-class BadLine(ValueError):
+
+class BadLine(BadInput):
     """One line of a JSONL file that could not be read; names the file and line."""
 
     def __init__(self, path: str, lineno: int, reason: str):
-        super().__init__(f"{path}:{lineno}: {reason}")
+        super().__init__(f"{path}:{lineno}: {reason}", "fix or delete that line (each line is one JSON object)")
         self.path, self.lineno, self.reason = path, lineno, reason
 
 

@@ -53,8 +53,20 @@ def test_every_committed_recipe_validates(gpu_env):
                                                             "batch_size", "dynamic_filtering"))):
         assert must in names, must
     for p in RECIPES:
-        r = load_recipe(p)
+        r = load_recipe(p, check_gpu=False)  # `kit run --validate`: GPU recipes validate on a laptop too
         assert r.plan and r.plan[-1].stage == "report", p
+
+
+def test_a_gpu_recipe_is_refused_on_a_machine_without_vllm_or_cuda(gpu_env):
+    from kit.llm.vllm_backend import unavailable
+
+    missing = unavailable()
+    if missing is None:
+        pytest.skip("vllm and a CUDA GPU are here: nothing to refuse")
+    with pytest.raises(RecipeError) as e:
+        load_recipe(ROOT / "recipes/airline-qwen3.yaml")
+    assert len(e.value.problems) == 1 and e.value.problems[0][1] == "stages[0].params.backend", e.value.problems
+    assert missing[0] in str(e.value) and e.value.hint
 
 
 def test_quickstart_is_the_whole_chain_on_mock_with_the_embedded_model():
@@ -161,13 +173,33 @@ def test_bad_recipe_gives_one_error_naming_file_line_and_field(tmp_path, case):
     assert expected in msg, msg
 
 
+def test_every_problem_of_a_recipe_is_reported_at_once_in_file_order(tmp_path):
+    text = ("name: x\ndomain: mars\ndefaults: {trails: 2}\nstages:\n  - stage: synthesize\n    params: {roundz: 1}\n"
+            "  - stage: evaluate\n    params: {trials: many, model: /no/such/dir}\narms:\n  - {name: a, skip: [grpo]}\n")
+    with pytest.raises(RecipeError) as e:
+        load_recipe(write(tmp_path, text))
+    lines = str(e.value).splitlines()
+    assert lines[0].endswith(": 6 problems"), lines
+    expected = [":3: defaults.trails: no stage has a parameter 'trails'",
+                ":5: stages[0].params.domain: unknown domain 'mars'",  # once, at the first stage using it
+                ":6: stages[0].params.roundz: stage 'synthesize' has no parameter 'roundz'",
+                ":7: stages[1].params.model: model folder '/no/such/dir' does not exist",
+                ":8: stages[1].params.trials: Input should be a valid integer",
+                ":10: arms[0].skip[0]: no stage with id 'grpo'"]
+    assert len(lines) == 1 + len(expected), lines
+    for line, want in zip(lines[1:], expected):
+        assert line.startswith(str(tmp_path)) and want in line, (line, want)
+    assert [p[0] for p in e.value.problems] == sorted(p[0] for p in e.value.problems)
+
+
 def test_kit_run_refuses_a_bad_recipe_before_anything_runs(tmp_path):
     p = write(tmp_path, BAD["wrong type"][0])
     r = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(p), "--runs-dir", str(tmp_path / "runs"),
                         "--reports-dir", str(tmp_path / "reports")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"error: {p}:6: stages[0].params.rounds"), r.stderr
+    assert len(lines) == 2 and lines[0].startswith(f"error: {p}:6: stages[0].params.rounds"), r.stderr
+    assert lines[1].startswith("fix: ") and "Traceback" not in r.stderr
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
 
 
@@ -444,7 +476,9 @@ def test_budgets_that_cannot_score_are_refused(tmp_path):
     with pytest.raises(RecipeError) as e:
         load_recipe(write(tmp_path, text))
     msg = str(e.value)
-    assert "max_messages=6 is too tight for the engine's tasks" in msg and "(and 1 more problem" in msg
+    assert msg.splitlines()[0].endswith("2 problems") and len(msg.splitlines()) == 3, msg
+    assert "max_messages=6 is too tight for the engine's tasks" in msg.splitlines()[1]
+    assert "stages[2].params.max_messages" in msg.splitlines()[2]
     ok = text.replace("max_messages: 6", "max_messages: 13").replace("max_messages: 8", "max_messages: 11")
     assert len(load_recipe(write(tmp_path, ok)).plan) == 3
     assert len(load_recipe(write(tmp_path, "check_budgets: false\n" + text)).plan) == 3  # plumbing tests only

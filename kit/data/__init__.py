@@ -24,5 +24,7 @@ def heldout_tasks(domain: str) -> list:
     from tau2.data_model.tasks import Task
 
     if domain not in HELDOUT_FILES:
-        raise KeyError(f"no held-out tasks for domain '{domain}'; available: {', '.join(HELDOUT_FILES)}")
+        from kit.errors import UnknownName
+
+        raise UnknownName(f"no held-out tasks for domain '{domain}'; available: {', '.join(HELDOUT_FILES)}")
     return [Task.model_validate(t) for t in json.loads(HELDOUT_FILES[domain].read_text(encoding="utf-8"))]

@@ -89,7 +89,9 @@ def _from_module(path: str) -> "Domain":
     and POLICY_RULES (optional), as in a tau2 domain folder. Its name is the environment's own."""
     problem = domain_problem(path)
     if problem:
-        raise KeyError(problem)
+        from kit.errors import UnknownName
+
+        raise UnknownName(problem, "`kit doctor` lists the domains; docs/adding_a_domain.md adds one")
     module = importlib.import_module(path)
     env = module.get_environment()
     get_tasks = getattr(module, "get_tasks", None) or (lambda split=None: [])
@@ -153,7 +155,13 @@ class Domain:
             if split == HELDOUT_SPLIT and self.name in HELDOUT_FILES:
                 self._task_cache[split] = heldout_tasks(self.name)
             else:
-                self._task_cache[split] = self._get_tasks(split)
+                try:
+                    self._task_cache[split] = self._get_tasks(split)
+                except ValueError as e:  # tau2: "Invalid task split name: x. Valid splits are: ..."
+                    from kit.errors import UnknownName
+
+                    raise UnknownName(f"domain '{self.name}' has no task split {split!r} ({e})",
+                                      "use one of its splits, 'default' (tau2's default set) or 'heldout'") from None
         return list(self._task_cache[split])
 
     def task(self, task_id: str) -> Task:
@@ -161,7 +169,9 @@ class Domain:
             held = self.tasks(HELDOUT_SPLIT) if self.name in HELDOUT_FILES else []
             self._task_index = {t.id: t for t in self.tasks(None) + held}
         if task_id not in self._task_index:
-            raise KeyError(f"task '{task_id}' not found in domain '{self.name}'")
+            from kit.errors import UnknownName
+
+            raise UnknownName(f"task '{task_id}' not found in domain '{self.name}'")
         return self._task_index[task_id]
 
     def policy_violations(self, task: Task) -> list[str]:

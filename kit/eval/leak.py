@@ -89,7 +89,10 @@ def training_files(paths: Iterable[str | Path]) -> list[Path]:
         elif p.is_file():
             out.append(p)
         else:
-            raise FileNotFoundError(f"training data not found: {p}")
+            from kit.errors import NotFound
+
+            raise NotFound(f"training data not found: {p}", "name task / SFT files, folders holding them, or "
+                           "'split:<name>'; or leave training_data unset inside a recipe")
     return out
 
 

@@ -64,18 +64,25 @@ def load_tasks_file(path: str) -> list:
     """tau2 Tasks from a JSON list or JSONL file; a bad entry names its position and field."""
     from tau2.data_model.tasks import Task
 
+    if not Path(path).is_file():
+        from kit.errors import NotFound
+
+        raise NotFound(f"task file not found: {path}", "give a JSON list or JSONL file of tau2 Task objects "
+                       "(`kit export` writes some), or a --split")
     tasks = []
     where, records = read_records(path)
     for pos, data in records:
         if isinstance(data, BadLine):
-            raise ValueError(str(data)) from None
+            raise data from None
         try:
             tasks.append(Task.model_validate(data))
         except Exception as e:
             errs = getattr(e, "errors", lambda: [])()
             field_ = ".".join(str(p) for p in errs[0]["loc"]) if errs else "?"
-            raise ValueError(f"{path} {where} {pos}: invalid Task field '{field_}': "
-                             f"{errs[0]['msg'] if errs else e}") from None
+            from kit.errors import BadInput
+
+            raise BadInput(f"{path} {where} {pos}: invalid Task field '{field_}': {errs[0]['msg'] if errs else e}",
+                           "each entry is a tau2 Task (id, user_scenario, evaluation_criteria)") from None
     return tasks
 
 

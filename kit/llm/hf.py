@@ -112,7 +112,10 @@ class HFBackend(Backend):
             if path is None:
                 raise ValueError("HFBackend needs a model folder `path` or a loaded `model` and `tokenizer`")
             if not Path(path).is_dir():
-                raise FileNotFoundError(f"HF model folder not found: {path} (hub ids are not downloaded)")
+                from kit.errors import NotFound
+
+                raise NotFound(f"HF model folder not found: {path} (hub ids are not downloaded)",
+                               "give a local folder with config.json and the weights, or 'embedded'")
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
             if dtype is None:
                 dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32

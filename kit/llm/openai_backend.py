@@ -24,6 +24,7 @@ import asyncio
 import json
 from typing import Any
 
+from kit.errors import Unavailable
 from kit.llm.capabilities import Capabilities
 from kit.llm.toolcalls import new_call_id, parse_tool_calls, render_tool_call, to_prompt_messages
 from kit.llm.types import (
@@ -41,8 +42,13 @@ from kit.llm.types import (
 _MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 
-class EndpointError(RuntimeError):
-    """The endpoint could not answer: unreachable, failing, or refusing the request."""
+class EndpointError(Unavailable):
+    """The endpoint could not answer: unreachable, failing, or refusing the request (a user error:
+    `kit` prints it without a traceback, see kit/errors.py)."""
+
+    def __init__(self, message: str, hint: str = "is the server running, and is the URL (with /v1) right? "
+                 "`curl URL/models` should list the model"):
+        super().__init__(message, hint)
 
 
 class OpenAIBackend(Backend):

@@ -104,7 +104,11 @@ class ModelSpec:
             raise ValueError(f"a local HF model folder is needed, not an endpoint ({self})")
         p = Path(self.path or "").expanduser()
         if not self.path or not p.is_dir():
-            raise FileNotFoundError(f"model folder not found: {self.path}")
+            from kit.errors import NotFound
+
+            raise NotFound(f"model folder not found: {self.path}",
+                           "give an HF model folder (config.json + weights), 'embedded', or an endpoint "
+                           "'openai:http://host:port/v1#model'; models are never downloaded")
         return str(p)
 
     def backend_kwargs(self) -> dict[str, Any]:

@@ -7,7 +7,8 @@ would render with vLLM's copy of the template and cannot do "prompt" tool mode.)
 by the shared tool-call parser.
 
 Importing this module never imports vllm; constructing `VLLMBackend` without vllm or without
-CUDA raises a RuntimeError that says what is missing.
+CUDA raises kit.errors.Unavailable (a RuntimeError) that says what is missing; `unavailable()`
+says it before anything loads (recipe validation).
 """
 
 from __future__ import annotations
@@ -20,6 +21,24 @@ from kit.llm.prompting import render_prompt, resolve_tool_mode
 from kit.llm.capabilities import Capabilities
 from kit.llm.toolcalls import parse_tool_calls
 from kit.llm.types import Backend, Completion, ChatMessage, SamplingParams, ToolMode, ToolSchema, as_params
+
+
+NO_VLLM = ("the vllm backend needs the `vllm` package (GPU only)",
+           "pip install vllm on a GPU machine, or use the 'hf' backend or an OpenAI-compatible server "
+           "('openai:URL#model')")
+NO_CUDA = ("the vllm backend needs a CUDA GPU and this machine has none",
+           "on CPU use backend 'hf' (recipes: `backend: hf`; specs: 'hf:PATH')")
+
+
+def unavailable() -> tuple[str, str] | None:
+    """(what is missing, how to fix it) when this machine cannot run the vllm backend, else None."""
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        return NO_VLLM
+    import torch
+
+    return None if torch.cuda.is_available() else NO_CUDA
 
 
 class VLLMBackend(Backend):
@@ -51,16 +70,19 @@ class VLLMBackend(Backend):
         try:
             import vllm
         except ImportError as exc:
-            raise RuntimeError(
-                "The vllm backend needs the `vllm` package (GPU only): pip install vllm, "
-                "or use the 'hf' backend or an OpenAI-compatible server ('openai:URL#model')."
-            ) from exc
+            from kit.errors import Unavailable
+
+            raise Unavailable(*NO_VLLM) from exc
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError("The vllm backend needs a CUDA GPU; on CPU use the 'hf' backend.")
+            from kit.errors import Unavailable
+
+            raise Unavailable(*NO_CUDA)
         if not Path(path).is_dir():
-            raise FileNotFoundError(f"model folder not found: {path} (hub ids are not downloaded)")
+            from kit.errors import NotFound
+
+            raise NotFound(f"model folder not found: {path} (hub ids are not downloaded)")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self._vllm = vllm
         self.path = str(path)

@@ -40,6 +40,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from kit.errors import NotFound, UnknownName
+
 CAP = 40  # episodes per evaluation and per engine round
 PROPOSAL_CAP = 60  # engine proposals per round
 MAX_CHARS = 2000  # per message text (a tool result can be a whole table)
@@ -755,7 +757,7 @@ def view(run_dir: str | Path, arm: Optional[str] = None, task: Optional[str] = N
          width: int = 100) -> str:
     """The text of one episode of a run (`kit view`): in the first group --arm names (default: the first
     evaluation), the first episode of --task (default: any task) that is `status` (failed by default),
-    else the first episode at all; episodes in the browser's task order. Raises ValueError naming what
+    else the first episode at all; episodes in the browser's task order. Raises a kit.errors.UserError naming what
     exists when nothing matches."""
     from kit.runner.report import collect
 
@@ -763,13 +765,14 @@ def view(run_dir: str | Path, arm: Optional[str] = None, task: Optional[str] = N
     if not (run_dir / "manifest.json").exists() and (Path("runs") / run_dir / "manifest.json").exists():
         run_dir = Path("runs") / run_dir
     if not (run_dir / "manifest.json").exists():
-        raise ValueError(f"{run_dir}: no manifest.json (a run folder is runs/<run-id>/)")
+        raise NotFound(f"{run_dir}: no manifest.json", "a run folder is runs/<run-id>/ (`kit run` writes them)")
     data = collect(run_dir)
     found = _find_groups(data, arm)
     if not found:
         names = sorted({str(x) for e in data.get("evals") or [] for x in (e.get("arm"), e["key"], e["summary"].get("label")) if x}
                        | {e["key"] for e in data.get("engine") or []})
-        raise ValueError(f"no evaluation or engine stage named {arm!r} in {run_dir}; there are: {', '.join(names) or 'none'}")
+        raise UnknownName(f"no evaluation or engine stage named {arm!r} in {run_dir}",
+                          f"--arm takes one of: {', '.join(names) or 'none (the run has no episodes yet)'}")
     texts: dict = {}
     def first(keys, rows):  # the episode to show, from eval.json's rows: no verdict computed for the others
         keys = [k for k in _sample(keys, None) if task is None or k[0] == task]
@@ -792,5 +795,5 @@ def view(run_dir: str | Path, arm: Optional[str] = None, task: Optional[str] = N
             ep = (want or eps or [None])[0]
             if ep is not None:
                 return format_episode(ep, {"groups": [g]}, width)
-    raise ValueError(f"no episode{' of task ' + repr(task) if task else ''} in {run_dir}"
-                     f"{' for ' + repr(arm) if arm else ''}")
+    raise UnknownName(f"no episode{' of task ' + repr(task) if task else ''} in {run_dir}"
+                      f"{' for ' + repr(arm) if arm else ''}", "leave out --task (or --arm) to see what the run has")

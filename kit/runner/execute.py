@@ -49,8 +49,11 @@ WANDB_PROJECT = "kit"
 
 
 class StageFailed(RuntimeError):
-    def __init__(self, key: str, notebook: Path, message: str):
-        self.key, self.notebook = key, notebook
+    """A stage's notebook failed. `user_error`: its exception was a kit.errors.UserError (a missing
+    folder, an unreachable endpoint, ...): `kit run` exits 2, as for any other user error."""
+
+    def __init__(self, key: str, notebook: Path, message: str, user_error: bool = False):
+        self.key, self.notebook, self.user_error = key, notebook, user_error
         super().__init__(f"stage '{key}' failed: {message}\n  executed notebook with the traceback: {notebook}\n"
                          f"  fix the cause and run the same command again: it resumes at this stage")
 
@@ -309,7 +312,10 @@ class Runner:
                 res.failed, res.manifest, res.wall_s = ps.key, m, time.perf_counter() - t0
                 if isinstance(e, KeyboardInterrupt):
                     raise
-                raise StageFailed(ps.key, out_nb, msg.splitlines()[0] if msg else "error") from None
+                from kit.errors import user_error_names
+
+                raise StageFailed(ps.key, out_nb, msg.splitlines()[0] if msg else "error",
+                                  user_error=getattr(e, "ename", None) in user_error_names()) from None
             info = mf.read_json(sdir / "stage.json") or {}
             wall = round(time.perf_counter() - t1, 1)
             if info.get("status") != "complete" or info.get("fingerprint") != fp:

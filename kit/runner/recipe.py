@@ -23,8 +23,8 @@ identical across arms run once and are shared. The report stage then compares th
     comparison: {metric: "pass^1", paper_metric: "airline pass^1, Qwen3-30B-A3B SFT", ...}
 
 Strings may use ${VAR} or ${VAR:-default} (environment variables), e.g. a GPU recipe's model
-folder. `load_recipe` raises one RecipeError naming the file, line and field of the first
-problem, before anything runs.
+folder. `load_recipe` raises one RecipeError listing every problem it finds, each on its own
+line naming the file, line and field, before anything runs.
 """
 
 from __future__ import annotations
@@ -39,18 +39,30 @@ from typing import Any, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from kit.errors import BadInput
 from kit.llm.spec import ModelSpec
 from kit.runner.stages import AUTO_WIRING, PRODUCES, REFERENCE_FIELDS, RUNNER_FIELDS, STAGES, all_param_names
 
 
-class RecipeError(ValueError):
-    """A recipe problem: `str(e)` is one line naming the file, line and field."""
+class RecipeError(BadInput):
+    """Recipe problems, every one found: `str(e)` has one line per problem naming the file, line
+    and field; the first problem's parts are `path`, `where`, `message`, `line`; all of them are
+    `problems`, (line, where, message) in file order."""
 
-    def __init__(self, path: str, where: str, message: str, line: Optional[int] = None, more: int = 0):
-        self.path, self.where, self.message, self.line, self.more = str(path), where, message, line, more
-        loc = f"{self.path}:{line}" if line else self.path
-        tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-        super().__init__(f"{loc}: {where}: {message}{tail}" if where else f"{loc}: {message}{tail}")
+    def __init__(self, path: str, where: str, message: str, line: Optional[int] = None,
+                 problems: Optional[list[tuple[Optional[int], str, str]]] = None, hint: str = ""):
+        self.path, self.where, self.message, self.line = str(path), where, message, line
+        self.problems = problems or [(line, where, message)]
+
+        def one(ln: Optional[int], wh: str, msg: str) -> str:
+            loc = f"{self.path}:{ln}" if ln else self.path
+            return f"{loc}: {wh}: {msg}" if wh else f"{loc}: {msg}"
+
+        n = len(self.problems)
+        head = [] if n == 1 else [f"{self.path}: {n} problems"]
+        super().__init__("\n".join(head + [one(*p) for p in self.problems]),
+                         hint or f"fix {'them' if n > 1 else 'it'} and rerun; `kit run RECIPE --validate` checks a "
+                         "recipe without running anything")
 
 
 # ----- the YAML schema ---------------------------------------------------------------------------
@@ -197,7 +209,7 @@ def _describe(value: Any) -> str:
 
 
 class _Errors:
-    """Collects problems; raises the first as one RecipeError with the file, line and field."""
+    """Collects problems; `raise_all` raises every one found so far as one RecipeError."""
 
     def __init__(self, path: Path, node: Any):
         self.path, self.node, self.items = path, node, []
@@ -205,10 +217,13 @@ class _Errors:
     def add(self, loc: tuple, message: str, line_loc: Optional[tuple] = None) -> None:
         self.items.append((loc, message, line_loc if line_loc is not None else loc))
 
-    def raise_first(self) -> None:
+    def raise_all(self) -> None:
         if self.items:
-            loc, msg, line_loc = self.items[0]
-            raise RecipeError(str(self.path), _fmt(loc), msg, _line_of(self.node, line_loc), len(self.items) - 1)
+            first: dict[tuple, tuple] = {}  # one problem per field: the first check that saw it
+            for loc, msg, line_loc in self.items:
+                first.setdefault(loc, (_line_of(self.node, line_loc), _fmt(loc), msg))
+            found = sorted(first.values(), key=lambda p: p[0] or 0)  # file order
+            raise RecipeError(str(self.path), found[0][1], found[0][2], found[0][0], found)
 
 
 def _pydantic_message(err: dict) -> str:
@@ -291,11 +306,16 @@ def _is_ref(v: Any) -> bool:
     return isinstance(v, str) and v.startswith("@")
 
 
-def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, check_paths: bool = True) -> Recipe:
-    """Read, validate and expand a recipe. Raises RecipeError (one line) on the first problem."""
+def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, check_paths: bool = True,
+                check_gpu: bool = True) -> Recipe:
+    """Read, validate and expand a recipe. Raises one RecipeError listing every problem found
+    (a schema error stops the checks that need a valid schema; the rest run to the end).
+    `check_gpu`: a recipe that asks for the vllm backend needs vllm and a CUDA GPU on this machine
+    (off for `kit run --validate`, which checks a GPU recipe on a laptop)."""
     path = Path(path)
     if not path.is_file():
-        raise RecipeError(str(path), "", "recipe file not found")
+        raise RecipeError(str(path), "", "recipe file not found", hint="recipes/ holds the committed recipes "
+                          "(recipes/README.md says what each is for)")
     text = path.read_text(encoding="utf-8")
     try:
         node = yaml.compose(text)
@@ -311,14 +331,14 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
     _apply_overrides(raw, overrides, path)
     errors = _Errors(path, node)
     raw = _expand_env(raw, (), errors)
-    errors.raise_first()
+    errors.raise_all()
 
     try:
         spec = RecipeSpec.model_validate(raw)
     except ValidationError as e:
         for err in e.errors():
             errors.add(tuple(err["loc"]), _pydantic_message(err))
-        errors.raise_first()
+        errors.raise_all()
         raise  # pragma: no cover
 
     # defaults: every key must belong to some stage
@@ -328,18 +348,15 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
             errors.add(("defaults", k), "is set by the runner, not by a recipe")
         elif k not in known:
             errors.add(("defaults", k), f"no stage has a parameter '{k}'")
-    errors.raise_first()
 
     ids = [s.id or s.stage for s in spec.stages]
     for i, sid in enumerate(ids):
         if ids.index(sid) != i:
             errors.add(("stages", i, "id"), f"stage id '{sid}' is used twice; give each a distinct `id`",
                        ("stages", i))
-    errors.raise_first()
     report_ix = [i for i, s in enumerate(spec.stages) if s.stage == "report"]
     if report_ix and report_ix != [len(spec.stages) - 1]:
         errors.add(("stages", report_ix[0], "stage"), "a recipe has at most one report stage, and it comes last")
-    errors.raise_first()
 
     # arms: overrides name real stages and parameters
     arm_names = [a.name for a in spec.arms]
@@ -357,9 +374,9 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
         for k, sid in enumerate(arm.skip):
             if sid not in ids:
                 errors.add(("arms", j, "skip", k), f"no stage with id '{sid}' (stage ids: {', '.join(ids)})")
-    errors.raise_first()
 
     plan: list[PlannedStage] = []
+    invalid: list[PlannedStage] = []  # stages whose params failed validation: raw params
     for arm in (spec.arms or [None]):
         chain: list[PlannedStage] = []
         for i, s in enumerate(spec.stages):
@@ -370,7 +387,8 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
                 continue
             params, origin = _stage_params(spec, s, sid, i, arm)
             validated = _validate_params(s.stage, params, origin, i, errors)
-            if validated is None:
+            if validated is None:  # its other values are still checked below (domain, folders)
+                invalid.append(PlannedStage(stage=s.stage, id=sid, arm=None, params=params, index=i))
                 continue
             ps = PlannedStage(stage=s.stage, id=sid, arm=arm.name if arm else None, params=validated, index=i)
             _wire(ps, chain, spec, origin, errors)
@@ -383,11 +401,10 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
         validated = _validate_params(s.stage, params, origin, i, errors)
         if validated is not None:
             plan.append(PlannedStage(stage="report", id=ids[i], arm=None, params=validated, index=i))
-    errors.raise_first()
 
     if check_paths:
-        _check_semantics(plan, spec, errors)
-        errors.raise_first()
+        _check_semantics(plan, spec, errors, invalid, check_gpu)
+    errors.raise_all()
     return Recipe(path=path, text=text, spec=spec, raw=raw_orig, plan=plan, overrides=overrides)
 
 
@@ -415,9 +432,11 @@ def _stage_params(spec: RecipeSpec, s: StageSpec, sid: str, i: int, arm: Optiona
 
 
 def _validate_params(stage: str, params: dict, origin: dict, i: int, errors: _Errors) -> Optional[dict]:
-    for k in params:
-        if k in RUNNER_FIELDS:
-            errors.add(origin.get(k, ("stages", i, "params", k)), "is set by the runner, not by a recipe")
+    runner_set = [k for k in params if k in RUNNER_FIELDS]
+    for k in runner_set:
+        errors.add(origin.get(k, ("stages", i, "params", k)), "is set by the runner, not by a recipe")
+    if runner_set:
+        return None
     try:
         return STAGES[stage].model_validate(params).model_dump()
     except ValidationError as e:
@@ -517,18 +536,43 @@ def _budget_problem(ps: PlannedStage, plan: list[PlannedStage]) -> Optional[tupl
     return None
 
 
-def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors) -> None:
+def _gpu_user(plan: list[PlannedStage]) -> Optional[tuple[PlannedStage, str]]:
+    """The first stage (and field) that asks for the GPU-only vllm backend, if any."""
+    for ps in plan:
+        if ps.params.get("backend") == "vllm":
+            return ps, "backend"
+        for name in REFERENCE_FIELDS[ps.stage]:
+            v = ps.params.get(name)
+            if isinstance(v, str) and v.startswith("vllm:"):
+                return ps, name
+    return None
+
+
+def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors,
+                     invalid: list[PlannedStage] = (), check_gpu: bool = True) -> None:
     """Things a type cannot say: known domains, model folders that exist, split names, episode
-    budgets that can score."""
+    budgets that can score. `invalid` stages (params that failed validation) get the checks that
+    need no valid params: domain, folders, files."""
     from kit.envs import domain_problem
 
     seen_dirs: set[str] = set()
-    for ps in plan:
+    seen_domains: set[str] = set()
+    gpu = _gpu_user(plan) if check_gpu else None
+    if gpu is not None:
+        from kit.llm.vllm_backend import unavailable
+
+        missing = unavailable()
+        if missing:
+            errors.add(("stages", gpu[0].index, "params", gpu[1]), f"{missing[0]} ({missing[1]})",
+                       ("stages", gpu[0].index))
+    for ps in [*plan, *invalid]:
         p = ps.params
         loc = ("stages", ps.index, "params")
-        bad_domain = domain_problem(p["domain"]) if "domain" in p else None  # a dotted name: a module of one's own
-        if bad_domain:
+        domain = p.get("domain")
+        bad_domain = domain_problem(domain) if isinstance(domain, str) else None  # dotted: a module of one's own
+        if bad_domain and domain not in seen_domains:  # said once, at the first stage that uses it
             errors.add(loc + ("domain",), bad_domain, ("stages", ps.index))
+        seen_domains.add(domain if isinstance(domain, str) else "")
         for name, kind in REFERENCE_FIELDS[ps.stage].items():
             v = p.get(name)
             if not isinstance(v, str) or _is_ref(v) or kind != "model":
@@ -546,7 +590,7 @@ def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors
                 seen_dirs.add(d)
         if ps.stage == "evaluate" and p.get("tasks_file") and not Path(p["tasks_file"]).is_file():
             errors.add(loc + ("tasks_file",), f"file '{p['tasks_file']}' does not exist", ("stages", ps.index))
-        elif spec.check_budgets and "domain" in p and not bad_domain:
+        elif spec.check_budgets and "domain" in p and not bad_domain and ps in plan:
             problem = _budget_problem(ps, plan)
             if problem:
                 errors.add(loc + (problem[0],), problem[1], ("stages", ps.index))

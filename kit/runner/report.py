@@ -20,9 +20,11 @@ Figures are matplotlib PNGs (no W&B needed to read the report).
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import math
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
@@ -358,9 +360,9 @@ def _item_html(kind: str, value: Any, out_dir: Path) -> str:
         table = value.to_html(index=False, na_rep="–", float_format=lambda v: f"{v:.4g}", border=0, escape=True)
         return f'<div class="tbl">{table}</div>'
 
-    if kind == "figure":
-        rel = Path(value).name
-        return f'<img src="{html.escape(rel)}" alt="{html.escape(rel)}">'
+    if kind == "figure":  # inlined: the page is one self-contained file
+        data = base64.b64encode(Path(value).read_bytes()).decode("ascii")
+        return f'<img src="data:image/png;base64,{data}" alt="{html.escape(Path(value).name)}">'
     if kind == "pre":
         return f"<pre>{html.escape(str(value))}</pre>"
     if kind == "details":
@@ -369,7 +371,24 @@ def _item_html(kind: str, value: Any, out_dir: Path) -> str:
     return str(value)
 
 
-def render_html(title: str, sections: list[Section], out_dir: Path, subtitle: str = "") -> Path:
+def public_paths(run_dir: Path) -> list[tuple[str, str]]:
+    """(absolute prefix, what the page says instead), longest first: the run folder relative to the
+    project (runs/<id>), the project root '.', the home folder '~'. A report names no local path."""
+    import kit
+
+    root = Path(kit.__file__).resolve().parents[1]
+    run = Path(run_dir).resolve()
+    try:
+        shown = str(run.relative_to(root))
+    except ValueError:
+        shown = f"runs/{run.name}"
+    subs = [(str(run), shown), (str(root), "."), (str(Path.home()), "~")]
+    return sorted((s for s in subs if len(s[0]) > 1), key=lambda s: -len(s[0]))
+
+
+def render_html(title: str, sections: list[Section], out_dir: Path, subtitle: str = "",
+                paths: tuple[tuple[str, str], ...] | list = ()) -> Path:
+    """index.html: one self-contained page (figures inlined; `paths` rewrites local path prefixes)."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>",
              f"<p class='muted'>{subtitle}</p>"]
@@ -378,12 +397,121 @@ def render_html(title: str, sections: list[Section], out_dir: Path, subtitle: st
         parts += [_item_html(k, v, out_dir) for k, v in s.items]
     parts.append(SELF_CHECK)
     parts.append("</body></html>")
+    page = "\n".join(parts)
+    for prefix, shown in paths:
+        page = page.replace(prefix, shown)
     path = out_dir / "index.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
+    path.write_text(page, encoding="utf-8")
     return path
 
 
 # ----- the report --------------------------------------------------------------------------------
+
+
+def eval_section(data: dict, out: Path, figures: list, bootstrap: int, ci: float, run_dir: Path) -> Optional[Section]:
+    """pass^k of every evaluation, its interval, protocol measures, beside the paper's numbers."""
+    if not data["evals"]:
+        return None
+    ev = Section("Evaluation: pass^k")
+    table = eval_table(data["evals"], bootstrap, ci)
+    data["eval_table"] = table
+    shown = table.copy()
+    for c in ("agent", "user simulator"):
+        shown[c] = shown[c].map(lambda s: _short(s, run_dir))
+    if not shown["arm"].notna().any():
+        shown = shown.drop(columns=["arm"])
+    ev.text(f"pass^k as τ²-bench defines it (mean over tasks of C(c,k)/C(n,k)); {int(ci * 100)}% bootstrap "
+            "interval on pass^1 over tasks and trials. User deviation rate: share of episodes in which the "
+            "user simulator broke its instructions (kit/rollout/fidelity.py); request stated: share of "
+            "episodes whose first user message names every value the gold write actions need that the user "
+            "knows; proper end: share ended by the user's or the agent's stop (not a step or error limit); "
+            "pass^1 95% CI: percentile bootstrap over tasks (kit/eval/passk.py); train/test overlap: "
+            "evaluation tasks whose gold actions all appear in the run's training data (kit/eval/leak.py). "
+            "The user simulator is recorded with every number (the paper does not publish its own).")
+    ev.table(shown)
+    figures.append(fig_pass1(table, out / "pass1.png"))
+    ev.figure(figures[-1])
+    for dom in sorted({d for d in table["domain"].dropna()}):
+        rows = paper.main_table(dom)
+        if rows:
+            ours = ", ".join(f"{html.escape(str(row['evaluation']))}: {100 * row['pass^1']:.1f}%"
+                             for _, row in table[table["domain"] == dom].iterrows())
+            ev.text(f"The paper's τ²-bench pass^1 on <b>{html.escape(dom)}</b> ({html.escape(paper.SOURCE)}), "
+                    f"beside ours ({ours}):")
+            ev.table(pd.DataFrame(rows))
+        else:
+            ev.text(f"The paper publishes no numbers for domain '{html.escape(dom)}' "
+                    "(it reports airline, retail and telecom).")
+    return ev
+
+
+def engine_section(data: dict, out: Path, figures: list) -> Optional[Section]:
+    """The data engine's rounds: yield, rejection reasons, failure attribution."""
+    if not data["engine"]:
+        return None
+    en = Section("Data engine: yield per round")
+    en.text("From the synthesize stage's rounds.csv: proposals, accepted tasks, rejection reasons, rollouts, "
+            "and failed rollouts attributed to the task, the agent or the user. <i>fidelity_templated</i>: "
+            "proposals whose model-written text failed the fidelity gate and was replaced by the grounded "
+            "template; <i>sft_ungrounded</i>: SFT samples the grounding check dropped (never trained on).")
+    for r in data["engine"]:
+        df = r["rounds"]
+        cols = [c for c in ["round", "plans", "proposals", "built", "accepted", "acceptance_rate", "episodes",
+                            M.PASS_RATE, *FAILURE_COLUMNS, M.USER_DEVIATION_RATE, "diversity", "repaired",
+                            "fidelity_templated", "sft_agent", "sft_user", "sft_ungrounded", "wall_s"]
+                if c in df.columns]
+        en.text(f"<b>{html.escape(r['key'])}</b>")
+        en.table(df[cols])
+        rej = [c for c in df.columns if c.startswith("reject_")]
+        if rej:
+            en.text("rejection reasons per round:")
+            en.table(df[["round", *rej]])
+    figures.append(fig_engine(data["engine"], out / "engine.png"))
+    en.figure(figures[-1])
+    return en
+
+
+def sft_section(data: dict, out: Path, figures: list, run_dir: Path) -> Optional[Section]:
+    """SFT runs: data, steps, losses, and their loss curves."""
+    if not data["sft"]:
+        return None
+    sf = Section("SFT: loss curves")
+    rows = []
+    for r in data["sft"]:
+        o = r["outputs"]
+        rows.append({"stage": r["key"], "data": o.data_source, "samples": o.samples,
+                     "steps": o.steps, "first loss": o.first_loss, "final loss": o.final_loss,
+                     "tokens trained": o.tokens_trained, "wall s": o.wall_time_s,
+                     "start model": _short(r["params"].get("model"), run_dir)})
+    sf.table(pd.DataFrame(rows))
+    figures.append(fig_sft(data["sft"], out / "sft_loss.png"))
+    sf.figure(figures[-1])
+    return sf
+
+
+def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
+    """GRPO runs: reward and dynamic filtering per step."""
+    if not data["grpo"]:
+        return None
+    gr = Section("GRPO: reward and dynamic filtering")
+    rows = []
+    for r in data["grpo"]:
+        h, s = r["history"], r["summary"]
+        rows.append({"stage": r["key"], "steps": len(h), "user simulator": s.get("user_tag"),
+                     "tasks from": s.get("task_source"),
+                     "reward first": h[M.REWARD_MEAN].iloc[0] if M.REWARD_MEAN in h and len(h) else None,
+                     "reward last": h[M.REWARD_MEAN].iloc[-1] if M.REWARD_MEAN in h and len(h) else None,
+                     "filtered frac (mean)": h[M.FILTERED_FRAC].mean() if M.FILTERED_FRAC in h else None,
+                     "skipped steps": int(h["skipped"].sum()) if "skipped" in h else None,
+                     M.label(M.USER_DEVIATION_RATE): (h[M.USER_DEVIATION_RATE].mean()
+                                                      if M.USER_DEVIATION_RATE in h else None)})
+    gr.text("Per step: mean checker reward over every rollout drawn (kept or filtered), and the fraction of "
+            "groups dynamic filtering dropped (all rewards equal: no learning signal).")
+    gr.table(pd.DataFrame(rows))
+    figures.append(fig_grpo(data["grpo"], out / "grpo.png"))
+    gr.figure(figures[-1])
+    return gr
+
 
 
 def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[str] = None, ci: float = 0.95,
@@ -451,98 +579,10 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
         sections.append(ab)
         data["ablation"] = df
 
-    # -- evaluation
-    if data["evals"]:
-        ev = Section("Evaluation: pass^k")
-        table = eval_table(data["evals"], bootstrap, ci)
-        data["eval_table"] = table
-        shown = table.copy()
-        for c in ("agent", "user simulator"):
-            shown[c] = shown[c].map(lambda s: _short(s, run_dir))
-        if not shown["arm"].notna().any():
-            shown = shown.drop(columns=["arm"])
-        ev.text(f"pass^k as τ²-bench defines it (mean over tasks of C(c,k)/C(n,k)); {int(ci * 100)}% bootstrap "
-                "interval on pass^1 over tasks and trials. User deviation rate: share of episodes in which the "
-                "user simulator broke its instructions (kit/rollout/fidelity.py); request stated: share of "
-                "episodes whose first user message names every value the gold write actions need that the user "
-                "knows; proper end: share ended by the user's or the agent's stop (not a step or error limit); "
-                "pass^1 95% CI: percentile bootstrap over tasks (kit/eval/passk.py); train/test overlap: "
-                "evaluation tasks whose gold actions all appear in the run's training data (kit/eval/leak.py). "
-                "The user simulator is recorded with every number (the paper does not publish its own).")
-        ev.table(shown)
-        figures.append(fig_pass1(table, out / "pass1.png"))
-        ev.figure(figures[-1])
-        for dom in sorted({d for d in table["domain"].dropna()}):
-            rows = paper.main_table(dom)
-            if rows:
-                ours = ", ".join(f"{html.escape(str(row['evaluation']))}: {100 * row['pass^1']:.1f}%"
-                                 for _, row in table[table["domain"] == dom].iterrows())
-                ev.text(f"The paper's τ²-bench pass^1 on <b>{html.escape(dom)}</b> ({html.escape(paper.SOURCE)}), "
-                        f"beside ours ({ours}):")
-                ev.table(pd.DataFrame(rows))
-            else:
-                ev.text(f"The paper publishes no numbers for domain '{html.escape(dom)}' "
-                        "(it reports airline, retail and telecom).")
-        sections.append(ev)
-
-    # -- engine
-    if data["engine"]:
-        en = Section("Data engine: yield per round")
-        en.text("From the synthesize stage's rounds.csv: proposals, accepted tasks, rejection reasons, rollouts, "
-                "and failed rollouts attributed to the task, the agent or the user. <i>fidelity_templated</i>: "
-                "proposals whose model-written text failed the fidelity gate and was replaced by the grounded "
-                "template; <i>sft_ungrounded</i>: SFT samples the grounding check dropped (never trained on).")
-        for r in data["engine"]:
-            df = r["rounds"]
-            cols = [c for c in ["round", "plans", "proposals", "built", "accepted", "acceptance_rate", "episodes",
-                                M.PASS_RATE, *FAILURE_COLUMNS, M.USER_DEVIATION_RATE, "diversity", "repaired",
-                                "fidelity_templated", "sft_agent", "sft_user", "sft_ungrounded", "wall_s"]
-                    if c in df.columns]
-            en.text(f"<b>{html.escape(r['key'])}</b>")
-            en.table(df[cols])
-            rej = [c for c in df.columns if c.startswith("reject_")]
-            if rej:
-                en.text("rejection reasons per round:")
-                en.table(df[["round", *rej]])
-        figures.append(fig_engine(data["engine"], out / "engine.png"))
-        en.figure(figures[-1])
-        sections.append(en)
-
-    # -- SFT
-    if data["sft"]:
-        sf = Section("SFT: loss curves")
-        rows = []
-        for r in data["sft"]:
-            o = r["outputs"]
-            rows.append({"stage": r["key"], "data": o.data_source, "samples": o.samples,
-                         "steps": o.steps, "first loss": o.first_loss, "final loss": o.final_loss,
-                         "tokens trained": o.tokens_trained, "wall s": o.wall_time_s,
-                         "start model": _short(r["params"].get("model"), run_dir)})
-        sf.table(pd.DataFrame(rows))
-        figures.append(fig_sft(data["sft"], out / "sft_loss.png"))
-        sf.figure(figures[-1])
-        sections.append(sf)
-
-    # -- GRPO
-    if data["grpo"]:
-        gr = Section("GRPO: reward and dynamic filtering")
-        rows = []
-        for r in data["grpo"]:
-            h, s = r["history"], r["summary"]
-            rows.append({"stage": r["key"], "steps": len(h), "user simulator": s.get("user_tag"),
-                         "tasks from": s.get("task_source"),
-                         "reward first": h[M.REWARD_MEAN].iloc[0] if M.REWARD_MEAN in h and len(h) else None,
-                         "reward last": h[M.REWARD_MEAN].iloc[-1] if M.REWARD_MEAN in h and len(h) else None,
-                         "filtered frac (mean)": h[M.FILTERED_FRAC].mean() if M.FILTERED_FRAC in h else None,
-                         "skipped steps": int(h["skipped"].sum()) if "skipped" in h else None,
-                         M.label(M.USER_DEVIATION_RATE): (h[M.USER_DEVIATION_RATE].mean()
-                                                          if M.USER_DEVIATION_RATE in h else None)})
-        gr.text("Per step: mean checker reward over every rollout drawn (kept or filtered), and the fraction of "
-                "groups dynamic filtering dropped (all rewards equal: no learning signal).")
-        gr.table(pd.DataFrame(rows))
-        figures.append(fig_grpo(data["grpo"], out / "grpo.png"))
-        gr.figure(figures[-1])
-        sections.append(gr)
+    for part in (eval_section(data, out, figures, bootstrap, ci, run_dir), engine_section(data, out, figures),
+                 sft_section(data, out, figures, run_dir), grpo_section(data, out, figures)):
+        if part is not None:
+            sections.append(part)
 
     # -- episodes: every evaluation's and engine round's dialogues, with verdicts (kit/runner/browser.py)
     from kit.runner.browser import episode_section
@@ -579,8 +619,8 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
 
     write_json(out / "manifest.json", m)
     subtitle = (f"recipe {html.escape(str(recipe.get('path')))} · generated from {html.escape(str(run_dir))} · "
-                f"figures are PNGs beside this page")
-    path = render_html(title, sections, out, subtitle)
+                f"one self-contained page (figures inlined; PNGs and manifest.json also beside it)")
+    path = render_html(title, sections, out, subtitle, public_paths(run_dir))
     return Report(run_id, title, sections, path, figures, data)
 
 
@@ -599,3 +639,56 @@ def display_report(rep: Report) -> None:
                 display(HTML(_item_html(kind, value, rep.html_path.parent)))
             elif kind == "details":
                 display(HTML(_item_html(kind, value, rep.html_path.parent)))
+
+
+# ----- comparing finished runs -------------------------------------------------------------------
+
+
+def build_comparison(run_dirs: list[str | Path], report_dir: str | Path, title: Optional[str] = None,
+                     ci: float = 0.95, bootstrap: int = 2000) -> Report:
+    """One report over several finished runs that did not come from one ablation recipe (`kit
+    compare`): pass^k with intervals, engine yield, SFT and GRPO curves side by side. Each run is an
+    'arm' named by its run id; its stages are keyed `<run id>/<stage key>`."""
+    out = Path(report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    merged: dict[str, Any] = {"manifest": {}, "engine": [], "sft": [], "grpo": [], "evals": [], "warnings": []}
+    runs, subs = [], []
+    for d in map(Path, run_dirs):
+        if not (d / "manifest.json").is_file():
+            from kit.errors import NotFound
+
+            raise NotFound(f"no run in {d} (no manifest.json)", "give run folders `kit run` wrote: runs/<run-id>")
+        data = collect(d)
+        m = data["manifest"]
+        rid = m.get("run_id", d.name)
+        if rid in [r["run"] for r in runs]:  # two runs of one name (other folders): number them
+            rid = f"{rid}#{len(runs) + 1}"
+        stages = [s for s in m.get("stages", []) if s.get("stage") != "report"]
+        runs.append({"run": rid, "recipe": (m.get("recipe") or {}).get("path"), "status": m.get("status"),
+                     "stages complete": f"{sum(s.get('status') in ('complete', 'shared') for s in stages)}/{len(stages)}",
+                     "git commit": ((m.get("git") or {}).get("commit") or "?")[:12], "tau2": m.get("tau2_version")})
+        for name in ("engine", "sft", "grpo", "evals"):
+            for x in data[name]:
+                label = x["summary"].get("label") or x["params"].get("label") or x["key"]
+                merged[name].append({**x, "key": f"{rid}/{x['key']}", "arm": rid,
+                                     "summary": {**x["summary"], "label": f"{rid}: {label}"}})
+        merged["warnings"] += [{**w, "stage": f"{rid}/{w['stage']}"} for w in data["warnings"]]
+        subs += public_paths(d)
+    title = title or "comparison: " + ", ".join(r["run"] for r in runs)
+    sections, figures = [Section("Runs")], []
+    sections[0].text("Runs compared side by side; each one's own report has its details. Numbers are comparable "
+                     "only under the same protocol: check the evaluation table's tasks, user simulator and "
+                     "temperature columns.")
+    sections[0].table(pd.DataFrame(runs))
+    if merged["warnings"]:
+        w = Section("Warnings")
+        w.items += [("warn", f"{x['stage']}: {x['warning']}") for x in merged["warnings"]]
+        sections.append(w)
+    common = Path(os.path.commonpath([str(Path(d).resolve()) for d in run_dirs]))
+    for part in (eval_section(merged, out, figures, bootstrap, ci, common), engine_section(merged, out, figures),
+                 sft_section(merged, out, figures, common), grpo_section(merged, out, figures)):
+        if part is not None:
+            sections.append(part)
+    path = render_html(title, sections, out, f"{len(runs)} runs · one self-contained page",
+                       sorted(set(subs), key=lambda s: -len(s[0])))
+    return Report("compare", title, sections, path, figures, merged)

@@ -26,7 +26,9 @@ MODULES: dict[str, str] = {
 
 def module(stage: str) -> ModuleType:
     if stage not in MODULES:
-        raise KeyError(f"unknown stage {stage!r}; stages: {', '.join(MODULES)}")
+        from kit.errors import UnknownName
+
+        raise UnknownName(f"unknown stage {stage!r}", f"a stage is one of: {', '.join(MODULES)}")
     return importlib.import_module(f"kit.stages.{MODULES[stage]}")
 
 

@@ -96,8 +96,18 @@ def add_config_arguments(parser: Any, config: type[BaseModel], skip: tuple[str, 
 
 
 def config_from_args(config: type[BaseModel], args: Any, **fixed: Any) -> Any:
-    """The Config from parsed flags (unset ones keep their defaults), `fixed` values on top; a bad
-    value is a pydantic error that names the flag's field."""
+    """The Config from parsed flags (unset ones keep their defaults), `fixed` values on top; bad
+    values are one kit.errors.BadInput naming each bad flag."""
+    from pydantic import ValidationError
+
+    from kit.errors import BadInput
+
     given = {name: getattr(args, name) for name in config.model_fields
              if getattr(args, name, None) is not None}
-    return config.model_validate({**given, **fixed})
+    try:
+        return config.model_validate({**given, **fixed})
+    except ValidationError as e:
+        bad = [f"--{str(err['loc'][0]).replace('_', '-') if err.get('loc') else '?'}: {err['msg']} "
+               f"(got {err.get('input')!r})" for err in e.errors()]
+        raise BadInput("invalid value" + ("s" if len(bad) > 1 else "") + ":\n  " + "\n  ".join(bad),
+                       "`kit <command> --help` lists each flag with its default") from None

@@ -260,7 +260,10 @@ def _load(cfg: SFTConfig) -> tuple[Any, Any, Any, bool]:
 
         path = str(ensure_embedded_model())
     if not Path(path).is_dir():
-        raise FileNotFoundError(f"HF model folder not found: {path} (hub ids are not downloaded)")
+        from kit.errors import NotFound
+
+        raise NotFound(f"HF model folder not found: {path} (hub ids are not downloaded)",
+                       "give a local folder with config.json and the weights, or 'embedded'")
     cuda = torch.cuda.is_available()
     dtype = _dtype(cfg, cuda)
     if _want_unsloth(cfg, cuda):

@@ -1,0 +1,73 @@
+"""User errors at the command line: a message naming what is wrong and how to fix it, exit status
+2, no traceback (`--debug` shows it); a bug keeps its traceback (kit/errors.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.cli import main
+
+CASES = {  # what a newcomer types -> what the one `error:` line must name
+    "unknown domain": (["eval", "--domain", "nosuch", "--limit", "1"], "unknown domain 'nosuch'"),
+    "unknown split": (["eval", "--domain", "mock", "--split", "nosuch"], "has no task split 'nosuch'"),
+    "missing model folder": (["eval", "--domain", "mock", "--model", "hf:/nonexistent", "--limit", "1"],
+                             "model folder not found: /nonexistent"),
+    "missing task file": (["eval", "--domain", "mock", "--tasks-file", "/no/tasks.jsonl"],
+                          "task file not found: /no/tasks.jsonl"),
+    "bad flag values": (["eval", "--domain", "mock", "--trials", "zero", "--limit", "x"], "--trials: "),
+    "missing recipe": (["run", "/no/recipe.yaml"], "/no/recipe.yaml: recipe file not found"),
+    "vllm without a GPU": (["eval", "--domain", "mock", "--backend", "vllm", "--model", "/tmp", "--limit", "1"],
+                           "the vllm backend needs"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_user_errors_exit_2_with_a_fix_and_no_traceback(case, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # kit eval writes its outputs under the working folder
+    argv, expected = CASES[case]
+    if case == "vllm without a GPU":
+        from kit.llm.vllm_backend import unavailable
+
+        if unavailable() is None:
+            pytest.skip("vllm and CUDA are here")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert lines[0].startswith("error: ") and expected in err, err
+    assert any(x.startswith("fix: ") for x in lines), err
+    assert "Traceback" not in err
+
+
+def test_a_bad_jsonl_line_is_named_by_file_and_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from kit.envs import load_domain
+
+    bad = tmp_path / "tasks.jsonl"
+    bad.write_text(load_domain("mock").tasks()[0].model_dump_json() + "\n{not json\n")
+    assert main(["eval", "--domain", "mock", "--tasks-file", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}:2: ") and "fix: " in err and "Traceback" not in err, err
+
+
+def test_debug_shows_the_traceback_and_a_bug_keeps_it(monkeypatch, tmp_path):
+    from kit.errors import UnknownName
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UnknownName, match="unknown domain 'nosuch'"):  # --debug: the exception itself
+        main(["eval", "--domain", "nosuch", "--limit", "1", "--debug"])
+
+    def broken(args):  # a bug in a command (stands in for any command's unexpected error)
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr("kit.cli._cmd_doctor", broken)
+    with pytest.raises(ZeroDivisionError):  # not swallowed: Python prints its traceback, status 1
+        main(["doctor"])
+
+
+def test_a_dead_endpoint_is_a_user_error(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = "http://127.0.0.1:9/v1"  # port 9 (discard): nothing listens
+    assert main(["eval", "--domain", "mock", "--model", f"openai:{url}#m", "--user-model", f"openai:{url}#m",
+                 "--limit", "1", "--trials", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {url}" in err and "fix: is the server running" in err and "Traceback" not in err, err
