@@ -439,7 +439,7 @@ def test_report_has_every_section_figure_warning_and_the_papers_numbers(tmp_path
     assert "publishes no numbers for domain &#x27;mock&#x27;" in html or "publishes no numbers for domain 'mock'" in html
     assert "failures_agent" in html and "user deviation rate" in html
     for png in ("pass1.png", "engine.png", "sft_loss.png", "grpo.png"):
-        assert (rep.html_path.parent / png).stat().st_size > 1000 and f'src="{png}"' in html
+        assert (rep.html_path.parent / png).stat().st_size > 1000 and f'alt="{png}"' in html  # inlined
     assert (rep.html_path.parent / "manifest.json").exists()
 
 
