@@ -447,6 +447,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _close_progress_bars() -> None:
+    """Close the progress bars an error interrupted, so that `error:` starts its own line."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return
+    for bar in list(getattr(tqdm, "_instances", None) or []):
+        bar.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A user error (kit/errors.py) prints `error:` and `fix:` lines, no traceback,
     and exits 2 (`--debug`: with the traceback); anything else is a bug and keeps its traceback."""
@@ -459,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug or not is_user_error(e):
             raise
         message, hint = describe(e)
+        _close_progress_bars()
         print(f"error: {message}", file=sys.stderr)
         if hint:
             print(f"fix: {hint}", file=sys.stderr)
