@@ -1,4 +1,4 @@
-"""The episode browser (kit/runner/browser.py): extraction from records the kit's own writers wrote, the
+"""The episode browser (kit/runner/episodes.py, browser.py): extraction from records the kit's own writers wrote, the
 terminal view (`kit view`), model text that never becomes markup, and the page in headless Chromium.
 
 The fast run (`scripted_run`) is real records without a model: two evaluations written by
@@ -120,7 +120,7 @@ def scripted_run(tmp_path_factory):
 
 
 def _payload(run, cap=40):
-    from kit.runner.browser import browser_data
+    from kit.runner.episodes import browser_data
     from kit.runner.report import collect
 
     return browser_data(collect(run), cap=cap)
@@ -181,7 +181,8 @@ def test_engine_rounds_and_proposals(scripted_run):
 
 
 def test_model_text_never_becomes_markup():
-    from kit.runner.browser import _json_script, messages_view, render_fragment
+    from kit.runner.browser import _json_script, render_fragment
+    from kit.runner.episodes import messages_view
     from kit.trajectory import Message, Trajectory
 
     evil = "</script><img src=x onerror=alert(1)><!-- & \u2028"
@@ -311,7 +312,7 @@ def test_a_real_tiny_runs_report_browses_its_failed_episodes_in_chromium(tmp_pat
     if binary is None:
         pytest.skip("no Chromium found (apt-get install -y chromium, or set KIT_CHROMIUM)")
     from kit.runner import load_recipe
-    from kit.runner.browser import browser_data
+    from kit.runner.episodes import browser_data
     from kit.runner.execute import Runner
     from kit.runner.report import collect
 
