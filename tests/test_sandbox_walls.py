@@ -149,6 +149,21 @@ def test_the_filter_is_what_refuses_a_bypass(box, monkeypatch):
         assert v.status == "error" and "PermissionError" in v.reason and "Errno 1]" in v.reason, (body, v.reason)
 
 
+@pytest.mark.parametrize("walls", [{"seccomp": False}, {"namespaces": False}], ids=["namespaces_only", "seccomp_only"])
+def test_each_wall_alone_still_contains_every_bypass(walls, listener, monkeypatch):
+    monkeypatch.setattr(sb, "screen", lambda src, n=0: None)
+    with Sandbox(workers=2, timeout=TIMEOUT, **walls) as alone:
+        w = alone.walls()
+        if not (w["seccomp"] or w["namespaces_full"]):
+            pytest.skip("that wall is not available here: " + "; ".join(w["missing"]))
+        port = listener.getsockname()[1]
+        verdicts = alone.run_many([(_fill(src, port), SAMPLE_STATE, SAMPLE_TRAJECTORY) for _, src in BYPASS])
+    bad = {name: (v.status, v.reason) for (name, _), v in zip(BYPASS, verdicts) if v.status not in RUN_FAIL}
+    assert not bad, bad
+    assert not os.path.exists(SENTINEL)
+    _no_connection(listener)
+
+
 @pytest.mark.parametrize("name,source", FORGED, ids=[c[0] for c in FORGED])
 def test_a_forged_verdict_stays_the_checks_own(name, source, box):
     v = box.run(source, SAMPLE_STATE, SAMPLE_TRAJECTORY)
