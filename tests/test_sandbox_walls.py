@@ -192,6 +192,17 @@ def test_weak_mode_says_so_in_every_verdict_and_in_the_warnings(monkeypatch):
     assert any(sb.WEAK_NOTE in w for w in sb.sandbox_warnings())
 
 
+def test_a_stage_records_a_weak_sandbox_in_its_warnings(tmp_path, monkeypatch, capsys):
+    from kit.runner.stage import Stage
+
+    monkeypatch.setattr(sb, "_WARNINGS", ["WEAK SANDBOX: static screen and rlimits only (test)"])
+    st = Stage("grpo", {}, {"out_dir": str(tmp_path / "grpo")})
+    st.finish()
+    info = json.loads((tmp_path / "grpo" / "stage.json").read_text())
+    assert info["warnings"] == ["WEAK SANDBOX: static screen and rlimits only (test)"]
+    assert "WEAK SANDBOX" in capsys.readouterr().out
+
+
 def test_one_wall_is_enough_to_run():
     with Sandbox(workers=1, namespaces=False) as box:
         w = box.walls()
