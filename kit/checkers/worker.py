@@ -2,7 +2,8 @@
 
 kit/checkers/sandbox.py starts this file as a fresh interpreter, never importing it:
 
-    [unshare --net --] python -I -S kit/checkers/worker.py
+    [unshare [--user --map-root-user] --net --mount --pid --ipc --fork --kill-child --] \
+        python -I -S kit/checkers/worker.py [--no-seccomp]
 
 (-I: no environment variables, user site or cwd on sys.path; -S: no site. The parent also
 passes an almost empty environment, so API keys in the RL process never reach here.)
@@ -22,12 +23,18 @@ small JSON object it validates. The child, before touching the job:
 
 - points fds 0-2 at /dev/null (the zygote's protocol pipes are gone), keeps only the
   verdict pipe as fd 3 and closes every other descriptor;
-- as root: chroot()s into the scratch directory; otherwise chdir()s into it (root-only
-  walls are probed once at startup and skipped where the container forbids them);
+- dies with the zygote (PR_SET_PDEATHSIG);
+- as root (real, or the mapped root of a user namespace): chroot()s into the scratch
+  directory (empty, mode 0500); otherwise chdir()s into it (the walls are probed once at
+  startup and skipped where the kernel or container forbids them);
 - sets rlimits: CPU (backstop for the wall clock), AS (memory), FSIZE 0 (no file
   writes), NOFILE 4 (no new descriptors: no files, no sockets), NPROC 0, CORE 0;
 - as root: drops to uid/gid 65534 (nobody) with no supplementary groups, which also makes
-  NPROC 0 bite (root ignores it);
+  NPROC 0 bite (root ignores it); still uid 0 (a user namespace, where nobody is not
+  mapped): drops every capability instead;
+- installs the seccomp filter (no_new_privs, then a classic-BPF program: wrong
+  architecture -> killed, x32 and denied syscalls -> EPERM), last, since it forbids
+  chroot, setuid and prctl;
 - loads the job (the marshalled code object the parent compiled from screened source,
   then JSON), runs the code with a whitelist of builtins (no `__import__`, no
   `__build_class__`, no open/eval/getattr/...) and a recursion limit, calls
