@@ -324,3 +324,34 @@ def test_as_nobody_the_walls_are_up_and_refusal_works(nobody):
     if w["namespaces_full"]:  # an unprivileged user namespace: chroot as its root, then no capabilities
         assert w["userns"] and w["chroot"] and w["capdrop"] and not w["setuid"], w
     assert out["refusal"] and "seccomp filter" in out["refusal"] and sb.ALLOW_WEAK_ENV in out["refusal"]
+
+
+# --------------------------------------------------------------------- nothing outlives the parent
+
+ORPHAN = r"""
+import sys, threading, time
+from kit.checkers.sandbox import Sandbox
+box = Sandbox(workers=2).start()
+threading.Thread(target=box.run, args=("def check(s, t):\n    while True:\n        pass\n", {}, []),
+                 kwargs={"timeout": 60}, daemon=True).start()
+time.sleep(0.5)
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_check_dies_with_the_process_that_asked_for_it():
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        assert any(k.cpu_times().user > 0.1 for k in kids) or len(kids) >= 5  # zygotes (+unshare) and the busy check
+    finally:
+        proc.kill()
+        proc.wait()
+    gone, alive = psutil.wait_procs(kids, timeout=5)
+    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, [(p.pid, p.cmdline()) for p in alive]

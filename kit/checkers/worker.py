@@ -468,7 +468,11 @@ def _rmtree(path):
         pass
 
 
-def run_job(job, payload, base, seq):
+class ParentGone(Exception):
+    """The parent closed the protocol pipe while a check ran: the check is killed, the zygote exits."""
+
+
+def run_job(job, payload, base, seq, watch_fd=None):
     scratch = os.path.join(base, str(seq))
     os.mkdir(scratch, 0o500)  # read-only, even to its owner: the child creates nothing there
     result_r, result_w = os.pipe()
@@ -484,12 +488,17 @@ def run_job(job, payload, base, seq):
     except (AttributeError, OSError):
         pass
     deadline = start + job["timeout"]
-    out, timed_out, overflow = bytearray(), False, False
+    out, timed_out, overflow, parent_gone = bytearray(), False, False, False
     try:
         while True:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([result_r], [], [], left)[0]:
+            ready = select.select([result_r] + ([watch_fd] if watch_fd is not None else []), [], [],
+                                  max(left, 0))[0] if left > 0 else []
+            if not ready:
                 timed_out = True
+                break
+            if watch_fd in ready:  # the parent never writes during a job: this is EOF, it is gone
+                parent_gone = True
                 break
             chunk = os.read(result_r, 65536)
             if not chunk:
@@ -498,7 +507,7 @@ def run_job(job, payload, base, seq):
             if len(out) > OUTPUT_CAP:
                 overflow = True
                 break
-        if timed_out or overflow:
+        if timed_out or overflow or parent_gone:
             _kill(pid)
         # a child that closed its pipe gets a little grace to exit, never unbounded
         status, usage, killed = _wait(pid, pidfd, max(deadline, time.monotonic()) + 0.5)
@@ -508,6 +517,8 @@ def run_job(job, payload, base, seq):
         if pidfd is not None:
             os.close(pidfd)
         _rmtree(scratch)
+    if parent_gone:
+        raise ParentGone()
     exit_code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
     return {
         "id": job.get("id"),
@@ -568,10 +579,10 @@ def main(argv=None):
             payload = proto_in.read(job["n"])
             if len(payload) != job["n"]:
                 break
-            reply = run_job(job, payload, base, seq)
+            reply = run_job(job, payload, base, seq, proto_in.fileno())
             proto_out.write((json.dumps(reply) + "\n").encode())
             proto_out.flush()
-    except (BrokenPipeError, KeyboardInterrupt):
+    except (BrokenPipeError, KeyboardInterrupt, ParentGone):
         pass
     finally:
         _rmtree(base)
