@@ -182,6 +182,7 @@ def test_no_wall_means_refusal_with_a_clear_message(monkeypatch):
 
 def test_weak_mode_says_so_in_every_verdict_and_in_the_warnings(monkeypatch):
     monkeypatch.setenv(sb.ALLOW_WEAK_ENV, "1")
+    monkeypatch.setattr(sb, "_WARNINGS", [])  # this process's later stages must not inherit it
     with Sandbox(workers=1, namespaces=False, seccomp=False, timeout=TIMEOUT) as weak:
         assert weak.walls()["weak"] and not weak.walls()["seccomp"]
         verdicts = [weak.run(OK, {}, []), weak.run("import os\n" + OK, {}, []),
