@@ -14,9 +14,9 @@ PYTEST_ARGS ?=
 # Tests that share an expensive module fixture carry an xdist_group (--dist loadgroup keeps them together).
 TEST_WORKERS ?= 2
 
-.PHONY: setup run test doctor browser clean-venv
+.PHONY: setup run test doctor browser sandbox-walls clean-venv
 
-setup: $(STAMP)
+setup: $(STAMP) sandbox-walls
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,19 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	      || echo "note: could not install chromium; the report browser test will be skipped"; \
 	  else echo "note: chromium missing and not root (apt-get install -y chromium); the report browser test will be skipped"; fi
+
+# the checker sandbox's walls: util-linux `unshare` (namespaces; as non-root it needs unprivileged
+# user namespaces from the kernel) and Python's ctypes (seccomp filter); installed as root when missing
+sandbox-walls:
+	@command -v unshare >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq util-linux >/dev/null) \
+	      || echo "note: could not install util-linux; the checker sandbox runs without namespaces"; \
+	  else echo "note: \`unshare\` missing (Debian: apt-get install util-linux); the checker sandbox runs without namespaces"; fi
+	@$(PYTHON) -c "import ctypes" 2>/dev/null || echo "note: Python has no ctypes; the checker sandbox has no seccomp filter"
+	@if [ "$$(id -u)" != 0 ] && command -v unshare >/dev/null 2>&1 && \
+	  ! unshare --user --map-root-user --net --mount --pid --ipc --fork --kill-child true 2>/dev/null; then \
+	  echo "note: no unprivileged user namespaces here; the checker sandbox relies on its seccomp filter (see README: Checker sandbox)"; fi
 
 doctor: setup
 	$(KIT) doctor

@@ -209,8 +209,11 @@ def _at_least_one(text: str) -> int:
 def _cmd_bench_sandbox(args: argparse.Namespace) -> int:
     from kit.checkers.sandbox import bench_sandbox
 
-    rate = bench_sandbox(args.n, args.workers)
-    print(json.dumps({"checks": args.n, "verdicts_per_s": round(rate, 1)}))
+    walls: dict = {}
+    rate = bench_sandbox(args.n, args.workers, walls)
+    up = [k for k in ("namespaces_full", "userns", "chroot", "setuid", "capdrop", "seccomp") if walls.get(k)]
+    print(json.dumps({"checks": args.n, "verdicts_per_s": round(rate, 1), "root": walls.get("root"), "walls": up,
+                      "missing": walls.get("missing", [])}))
     return 0
 
 

@@ -7,19 +7,29 @@
     sandbox_cli("my_checker.py")                         # {"status": "ok", "passed": True, ...}
 
 A model wrote the code, so it never runs in this process (it is parsed and compiled here,
-which runs nothing). Three walls:
+which runs nothing). The walls:
 
 1. kit/checkers/screen.py rejects, before anything runs, sources that import, touch any
    `_name`, name dangerous builtins (eval, open, getattr, type, ...), or reach frames,
    code, `mro` or format strings. Rejected: CheckResult(status="rejected", reason=rule+line).
 2. kit/checkers/worker.py runs each check in a fresh fork of a warm zygote process (a
-   separate `python -I -S` with a near-empty environment, in its own network namespace
-   when `unshare --net` works, i.e. as root; see kit/checkers/zygote.py): whitelisted
-   builtins only, its own fresh copy of `state` and `trajectory` parsed from JSON
-   (mutating them changes nothing outside), a recursion limit, rlimits (CPU, 256 MB
-   address space, no file writes, no new descriptors, no processes), chroot into an
-   empty scratch directory and uid nobody when root.
-3. This parent enforces a wall clock on the zygote's reply, reads at most a small JSON
+   separate `python -I -S` with a near-empty environment; see kit/checkers/zygote.py):
+   whitelisted builtins only, its own fresh copy of `state` and `trajectory` parsed from
+   JSON (mutating them changes nothing outside), a recursion limit, rlimits (CPU, 256 MB
+   address space, no file writes, no new descriptors, no processes).
+3. OS walls, without root too. Namespaces: the zygote runs under `unshare --net --mount
+   --pid --ipc` (as non-root inside `--user --map-root-user`, an unprivileged user
+   namespace): no network, no other process visible, dies with `unshare`; each check
+   chroots into an empty read-only scratch directory, then becomes uid nobody (real root)
+   or drops every capability (user namespace). Seccomp: every check, root or not, installs
+   a syscall filter (no_new_privs; EPERM for sockets, exec, fork/clone, ptrace, kill, file
+   opens and changes, mounts, namespaces, privilege changes, bpf, io_uring, keys, ...)
+   right before the job's code runs. If neither namespaces nor the filter can be set up,
+   start() raises SandboxUnavailable naming what is missing, unless weak mode is allowed
+   (KIT_SANDBOX_ALLOW_WEAK=1 or allow_weak=True): then every verdict's reason says
+   "WEAK SANDBOX ..." and sandbox_warnings() (copied into each stage's warnings) too.
+   walls() reports what is up.
+4. This parent enforces a wall clock on the zygote's reply, reads at most a small JSON
    line, and validates it; timeouts, crashes and limit hits become verdicts, never
    exceptions. A zygote that dies or hangs is killed and replaced. Zygotes never run
    checker code, so nothing a check does outlives its own fork.
@@ -32,9 +42,8 @@ timeout (wall clock or CPU limit), limit (memory, recursion, output size), error
 
 Throughput (`bench_sandbox()`): about 4 ms of CPU per verdict over all processes (fork
 and confinement of the child ~2 ms, zygote ~1.3 ms, this parent ~0.5 ms), so ~400-500
-verdicts/s on two idle cores; screened and compiled code is cached per source.
-Not done: seccomp filters; without root there is no chroot, setuid or network namespace
-(the screen, the builtins whitelist and the rlimits remain).
+verdicts/s on two idle cores; screened and compiled code is cached per source. With all
+walls up, measured on 2 cores shared with a training job: ~480/s as root, ~430/s as nobody.
 """
 
 from __future__ import annotations
@@ -55,7 +64,7 @@ from typing import Any, Iterable, Literal, Optional
 from pydantic import BaseModel, Field
 
 from kit.checkers.screen import MAX_SOURCE_BYTES, screen
-from kit.checkers.zygote import Zygote
+from kit.checkers.zygote import Zygote, namespace_prefix
 
 EXIT_MEMORY, EXIT_INTERNAL = 3, 4      # kit/checkers/worker.py
 DETAIL_CAP = 16 * 1024                 # the child caps detail at 8 kB; parent re-checks
@@ -63,6 +72,20 @@ REASON_CAP = 1000
 GRACE_S = 5.0                          # zygote reply may lag the check's timeout by this
 
 Status = Literal["ok", "rejected", "timeout", "limit", "error"]
+ALLOW_WEAK_ENV = "KIT_SANDBOX_ALLOW_WEAK"
+WEAK_NOTE = "WEAK SANDBOX: static screen and rlimits only"
+
+# Warnings of sandboxes that ran weak in this process (a stage copies them into its warnings)
+_WARNINGS: list[str] = []
+
+
+class SandboxUnavailable(RuntimeError):
+    """Neither the namespaces nor the seccomp filter can be set up, and weak mode was not asked for."""
+
+
+def sandbox_warnings() -> list[str]:
+    """What sandboxes in this process had to give up (weak mode), for a run's warnings."""
+    return list(_WARNINGS)
 
 
 class CheckResult(BaseModel):
@@ -135,14 +158,23 @@ class Sandbox:
     """A pool of warm zygotes; each check runs in a fresh, confined fork of one of them.
 
     workers: zygotes (checks in parallel); timeout: default wall clock per check (s);
-    memory_mb: address-space limit of a check; isolate_network: run zygotes in a new
-    network namespace when possible (root + `unshare`).
+    memory_mb: address-space limit of a check; namespaces: run zygotes in new namespaces
+    where `unshare` can make them (user namespace when not root); seccomp: install the
+    syscall filter in every check; allow_weak: run even when neither of those two walls
+    can be set up (default: the KIT_SANDBOX_ALLOW_WEAK environment variable; otherwise
+    start() raises SandboxUnavailable). namespaces=False and seccomp=False exist to test
+    the refusal and to measure; a weak sandbox says so in every verdict's reason.
     """
 
     def __init__(self, workers: int = 2, timeout: float = 2.0, memory_mb: int = 256,
-                 max_source_bytes: int = MAX_SOURCE_BYTES, isolate_network: bool = True):
+                 max_source_bytes: int = MAX_SOURCE_BYTES, isolate_network: bool = True,
+                 namespaces: Optional[bool] = None, seccomp: bool = True, allow_weak: Optional[bool] = None):
         self.workers, self.timeout, self.memory_mb = max(1, workers), timeout, memory_mb
-        self.max_source_bytes, self.isolate_network = max_source_bytes, isolate_network
+        self.max_source_bytes = max_source_bytes
+        self.namespaces = isolate_network if namespaces is None else namespaces
+        self.seccomp = seccomp
+        self.allow_weak = os.environ.get(ALLOW_WEAK_ENV, "") not in ("", "0") if allow_weak is None else allow_weak
+        self.weak: Optional[str] = None  # the note every verdict carries when weak
         self._idle: "queue.Queue[Zygote]" = queue.Queue()
         self._all: list[Zygote] = []
         self._lock = threading.Lock()
@@ -157,12 +189,57 @@ class Sandbox:
             # fresh state: after a fork, the zygotes and threads above belong to the parent
             self._all, self._idle = [], queue.Queue()
             for _ in range(self.workers):
-                z = Zygote(self.isolate_network)
+                z = self._zygote()
                 self._all.append(z)
                 self._idle.put(z)
+            try:
+                self._check_walls()
+            except SandboxUnavailable:
+                for z in self._all:
+                    z.close()
+                self._all = []
+                raise
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="sandbox")
             self._pid = os.getpid()
         return self
+
+    def _zygote(self) -> Zygote:
+        return Zygote(self.namespaces, self.seccomp)
+
+    def _check_walls(self) -> None:
+        """Refuse (SandboxUnavailable) when neither namespaces nor the filter are up, unless weak mode is allowed."""
+        w = self._walls_of(self._all[0])
+        if w["seccomp"] or w["namespaces_full"]:
+            self.weak = None
+            return
+        missing = ", ".join(w["missing"])
+        if not self.allow_weak:
+            raise SandboxUnavailable(
+                f"checker sandbox refuses to run model-written code: no OS wall can be set up here; missing: "
+                f"{missing}. Model code would meet only the static screen and rlimits, and one screen bypass "
+                f"would be a full escape. Fix: allow unprivileged user namespaces (sysctl "
+                f"kernel.unprivileged_userns_clone=1; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0), "
+                f"install util-linux (`unshare`), or use Linux x86_64 with seccomp and Python's ctypes; "
+                f"or accept the risk with {ALLOW_WEAK_ENV}=1 (every verdict will say so).")
+        self.weak = f"{WEAK_NOTE} (weak mode allowed); missing: {missing}"
+        if self.weak not in _WARNINGS:
+            _WARNINGS.append(self.weak)
+
+    def _walls_of(self, z: Zygote) -> dict:
+        info = z.walls
+        ns = list(z.namespaces)
+        full = all(n in ns for n in ("net", "mount", "pid", "ipc"))
+        missing = []
+        if not info.get("seccomp"):
+            missing.append(f"seccomp filter ({info.get('seccomp_why') or 'not installed'})")
+        if not full:
+            why = "turned off (namespaces=False)" if not self.namespaces else namespace_prefix()[2] or "unshare failed"
+            missing.append(f"namespaces ({why}{'; only ' + ','.join(ns) if ns else ''})")
+        return {"screen": True, "builtins": True, "rlimits": True, "namespaces": ns, "namespaces_full": full,
+                "netns": "net" in ns, "userns": "user" in ns or bool(info.get("userns")),
+                "chroot": bool(info.get("chroot")), "setuid": bool(info.get("setuid")),
+                "capdrop": bool(info.get("capdrop")), "seccomp": bool(info.get("seccomp")),
+                "root": os.geteuid() == 0, "missing": missing}
 
     def close(self) -> None:
         with self._lock:
@@ -183,16 +260,29 @@ class Sandbox:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def walls(self) -> dict:
+        """Which walls are up: screen, builtins, rlimits (always); namespaces (list), netns,
+        userns, chroot, setuid, capdrop, seccomp; `missing` names what is not, with why;
+        `weak` is the note verdicts carry when running without both OS walls."""
+        self.start()
+        return {**self._walls_of(self._all[0]), "weak": self.weak}
+
     @property
     def isolation(self) -> dict:
-        """Which OS walls are up (the first three need root): netns, chroot, setuid."""
-        self.start()
-        z = self._all[0]
-        return {"netns": z.netns, "chroot": z.chroot, "setuid": z.setuid, "rlimits": True, "screen": True}
+        """walls() (older name)."""
+        return self.walls()
 
     # -- running
     def run(self, source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> CheckResult:
-        """Run `check(state, trajectory)` from `source`. Never raises on anything the source does."""
+        """Run `check(state, trajectory)` from `source`. Never raises on anything the source does
+        (SandboxUnavailable: the machine offers no OS wall and weak mode was not allowed)."""
+        self.start()
+        v = self._run(source, state, trajectory, timeout)
+        if self.weak:
+            v.reason = f"{v.reason[:REASON_CAP]} [{self.weak}]"
+        return v
+
+    def _run(self, source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> CheckResult:
         t0 = time.monotonic()
         timeout = min(max(float(self.timeout if timeout is None else timeout), 0.01), 3600.0)
         if not isinstance(source, str):
@@ -250,7 +340,7 @@ class Sandbox:
                     if len(self._all) >= self.workers:
                         continue
                     try:
-                        z = Zygote(self.isolate_network)
+                        z = self._zygote()
                     except (OSError, RuntimeError, ValueError):
                         return None
                     self._all.append(z)
@@ -262,7 +352,7 @@ class Sandbox:
             if z in self._all:
                 self._all.remove(z)
             try:
-                fresh = Zygote(self.isolate_network)
+                fresh = self._zygote()
             except (OSError, RuntimeError, ValueError):
                 return  # _take starts one later
             self._all.append(fresh)
@@ -340,9 +430,12 @@ def check(state, trajectory):
 '''
 
 
-def bench_sandbox(n: int = 500, workers: Optional[int] = None) -> float:
-    """Verdicts per second for `n` small checks over a warm pool (startup not counted)."""
+def bench_sandbox(n: int = 500, workers: Optional[int] = None, walls: Optional[dict] = None) -> float:
+    """Verdicts per second for `n` small checks over a warm pool (startup not counted).
+    `walls`: a dict to fill with the walls the bench ran behind (Sandbox.walls())."""
     with Sandbox(workers=workers or min(2, os.cpu_count() or 1)) as box:
+        if walls is not None:
+            walls.update(box.walls())
         box.run_many([(BENCH_SOURCE, SAMPLE_STATE, SAMPLE_TRAJECTORY)] * 8)  # warm up
         t0 = time.perf_counter()
         verdicts = box.run_many([(BENCH_SOURCE, SAMPLE_STATE, SAMPLE_TRAJECTORY)] * n)

@@ -1,13 +1,17 @@
 """The parent's handle on one warm zygote (kit/checkers/worker.py): start, send, read.
 
-    z = Zygote(isolate_network=True)     # spawns `[unshare --net --] python -I -S worker.py`
+    z = Zygote(namespaces=True, seccomp=True)  # `[unshare ... --] python -I -S worker.py`
     z.send({"timeout": 2.0, "memory_mb": 256, "code_n": n}, payload)
     reply = z.read_line(deadline)        # one JSON line, at most REPLY_CAP bytes, or None
 
 The zygote gets an almost empty environment (no API keys), its own session (Ctrl-C and
-killpg stay separate) and, as root where `unshare --net` works, its own network namespace
-with nothing but a down loopback: its children cannot reach any host, local or remote.
-Python 3.11 has no os.unshare (3.12 does), hence the util-linux binary.
+killpg stay separate) and, where `unshare` works, its own namespaces: network (nothing but
+a down loopback: its children cannot reach any host, local or remote), mount (its chroot
+and mounts are its own), pid (it is pid 1: its checks see no other process, and all die
+with it; `--kill-child` kills it with `unshare`) and ipc. As root these need no more;
+as anyone else they sit in an unprivileged user namespace (`--user --map-root-user`: the
+zygote is root there, mapped to the caller, so it can chroot its checks; they then drop
+every capability). Python 3.11 has no os.unshare (3.12 does), hence the util-linux binary.
 """
 
 from __future__ import annotations
@@ -26,31 +30,50 @@ from typing import Optional
 WORKER = Path(__file__).with_name("worker.py")
 REPLY_CAP = 256 * 1024  # bytes of one zygote reply line
 
-_NETNS: Optional[list[str]] = None
+NAMESPACES = ("net", "mount", "pid", "ipc")
+_PREFIX: Optional[tuple[list[str], list[str], str]] = None
 
 
-def netns_prefix() -> list[str]:
-    """`unshare --net --` when this process may make a network namespace, else []."""
-    global _NETNS
-    if _NETNS is None:
-        unshare = shutil.which("unshare")
-        ok = False
-        if unshare and os.geteuid() == 0:
+def namespace_prefix() -> tuple[list[str], list[str], str]:
+    """(command prefix, namespaces it makes, why not all of them), probed once per process.
+
+    Root: `unshare --net --mount --pid --ipc --fork --kill-child --`. Anyone else: the same
+    with `--user --map-root-user` (an unprivileged user namespace, where the kernel allows
+    one). Fallback, as root: `unshare --net --` alone. Nothing works: ([], [], why)."""
+    global _PREFIX
+    if _PREFIX is None:
+        unshare = shutil.which("unshare") or ("/usr/bin/unshare" if os.path.exists("/usr/bin/unshare") else None)
+        if unshare is None:
+            _PREFIX = [], [], "`unshare` (util-linux) not found"
+            return _PREFIX
+        full = ["--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child"]
+        tries = [([unshare, *full, "--"], list(NAMESPACES)), ([unshare, "--net", "--"], ["net"])] \
+            if os.geteuid() == 0 else \
+            [([unshare, "--user", "--map-root-user", *full, "--"], ["user", *NAMESPACES])]
+        why = ""
+        for prefix, names in tries:
             try:
-                ok = subprocess.run([unshare, "--net", "--", "true"], capture_output=True, check=False,
-                                    timeout=10).returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                ok = False
-        _NETNS = [unshare, "--net", "--"] if ok else []
-    return _NETNS
+                res = subprocess.run(prefix + ["true"], capture_output=True, check=False, timeout=10)
+            except (OSError, subprocess.SubprocessError) as e:
+                why = why or f"{' '.join(prefix[:-1])}: {e}"
+                continue
+            if res.returncode == 0:
+                _PREFIX = prefix, names, why
+                return _PREFIX
+            err = res.stderr.decode("utf-8", "replace").strip().splitlines()
+            why = why or f"`{' '.join(['unshare', *prefix[1:-1]])}` failed: {err[-1] if err else res.returncode}"
+        _PREFIX = [], [], why
+    return _PREFIX
 
 
 class Zygote:
     """One warm worker process (kit/checkers/worker.py) and its protocol pipes."""
 
-    def __init__(self, isolate_network: bool):
-        cmd = (netns_prefix() if isolate_network else []) + [sys.executable, "-I", "-S", str(WORKER)]
-        self.netns = bool(isolate_network and netns_prefix())
+    def __init__(self, namespaces: bool = True, seccomp: bool = True):
+        prefix, names, _ = namespace_prefix() if namespaces else ([], [], "")
+        cmd = prefix + [sys.executable, "-I", "-S", str(WORKER)] + ([] if seccomp else ["--no-seccomp"])
+        self.namespaces: list[str] = list(names)
+        self.netns = "net" in names
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}, cwd="/", close_fds=True,
@@ -64,7 +87,9 @@ class Zygote:
             self.kill()
             raise RuntimeError("sandbox worker did not start")
         info = json.loads(hello)
+        self.walls: dict = info
         self.chroot, self.setuid, self.base = bool(info["chroot"]), bool(info["setuid"]), info["base"]
+        self.seccomp = bool(info.get("seccomp"))
 
     def read_line(self, deadline: float) -> Optional[bytes]:
         while b"\n" not in self.buf:
