@@ -59,4 +59,21 @@ def report() -> list[tuple[str, str]]:
         gpu = f"unknown ({e})"
     rows.append(("gpu", gpu))
     rows.append(("wandb mode", os.environ.get("WANDB_MODE", "offline (default)")))
+    rows.append(("checker sandbox", sandbox_walls()))
     return rows
+
+
+def sandbox_walls() -> str:
+    """The OS walls the checker sandbox gets on this machine (kit/checkers/sandbox.py), or why it refuses."""
+    from kit.checkers.sandbox import Sandbox, SandboxUnavailable
+
+    try:
+        with Sandbox(workers=1, allow_weak=False) as sb:
+            w = sb.walls()
+    except SandboxUnavailable as e:
+        return f"REFUSES model code: {e}"
+    except Exception as e:  # report, don't crash
+        return f"ERROR {type(e).__name__}: {e}"
+    up = [k for k in ("namespaces_full", "userns", "netns", "chroot", "setuid", "capdrop", "seccomp") if w.get(k)]
+    missing = "; missing: " + ", ".join(map(str, w["missing"])) if w.get("missing") else ""
+    return "walls: " + ", ".join(up) + missing

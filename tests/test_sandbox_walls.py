@@ -356,3 +356,15 @@ def test_a_check_dies_with_the_process_that_asked_for_it():
     gone, alive = psutil.wait_procs(kids, timeout=5)
     alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, [(p.pid, p.cmdline()) for p in alive]
+
+
+def test_kit_doctor_names_the_walls_the_sandbox_gets_here():
+    from kit.checkers.sandbox import Sandbox
+    from kit.doctor import sandbox_walls
+
+    with Sandbox(workers=1) as sb:
+        w = sb.walls()
+    line = sandbox_walls()
+    assert line.startswith("walls: "), line
+    for wall in ("seccomp", "netns", "chroot"):
+        assert (wall in line) == bool(w.get(wall)), (wall, line, w)
