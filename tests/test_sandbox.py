@@ -110,7 +110,7 @@ CORPUS = [
     ("mutual_recursion", "def a(n):\n    return b(n + 1)\ndef b(n):\n    return a(n + 1)\n" + checker("return a(0)"),
      {"limit"}),
     ("repr_of_deep_nesting", checker("x = []\nfor i in range(10 ** 6):\n    x = [x]\nreturn repr(x) == ''"),
-     {"limit", "error"}),
+     {"limit", "error", "timeout"}),  # building 10**6 lists can pass 1 s on a loaded machine: contained too
     ("recursion_in_sort_key", "def k(x):\n    return k(x)\n" + checker("return sorted([1, 2], key=k) == []"),
      {"limit"}),
     # forged verdicts: text that looks like a verdict stays text
