@@ -290,6 +290,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for ps in recipe.plan:
             refs = ", ".join(f"{k}<-{v}" for k, v in ps.refs.items())
             print(f"{ps.key:<28} {ps.stage:<11} {refs}")
+        if recipe.memory:
+            from kit.runner.memory import table
+
+            print("\n".join(table(recipe.memory, recipe.spec.hardware)))
         print(f"{args.recipe}: valid ({len(recipe.plan)} stages)")
         return 0
     run_id = args.run_id or recipe.name

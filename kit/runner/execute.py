@@ -189,7 +189,7 @@ class Runner:
             "status": "running",
             "recipe": {"path": str(r.path), "name": r.name, "sha256": _sha(r.text), "overrides": r.overrides,
                        "text": r.text, "parsed": r.spec.model_dump(),
-                       "hardware": r.spec.hardware, "budget_minutes": r.spec.budget_minutes},
+                       "hardware": r.spec.model_dump()["hardware"], "budget_minutes": r.spec.budget_minutes},
             **env,
             "wandb": {"mode": os.environ.get("WANDB_MODE"), "project": WANDB_PROJECT, "group": self.run_id,
                       "sync": f"wandb sync {self.run_dir}/**/wandb/offline-run-*"},

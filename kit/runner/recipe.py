@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kit.errors import BadInput
 from kit.llm.spec import ModelSpec
+from kit.runner.memory import Hardware
 from kit.runner.stages import AUTO_WIRING, PRODUCES, REFERENCE_FIELDS, RUNNER_FIELDS, STAGES, all_param_names
 
 
@@ -131,7 +132,9 @@ class RecipeSpec(BaseModel):
     stages: list[StageSpec] = Field(min_length=1)
     arms: list[ArmSpec] = Field(default_factory=list)
     comparison: Optional[Comparison] = None
-    hardware: str = Field(default="cpu", description="cpu | gpu: what the recipe is sized for (documentation).")
+    hardware: str | Hardware = Field(default="cpu", description="'cpu', or a GPU recipe's mapping {kind: gpu, gpus, "
+                                     "gpu_memory_gib, zero_stage, rollout, ...} (kit.runner.memory.Hardware): "
+                                     "`kit run --validate` estimates each training stage's memory against it.")
     budget_minutes: Optional[float] = Field(default=None, description="Expected wall time (documentation).")
     check_budgets: bool = Field(default=True, description="Refuse episode budgets that cannot fit a dialogue that "
                                 "scores (kit.rollout.loop.step_budget_warning). false only for plumbing tests "
@@ -165,6 +168,7 @@ class Recipe:
     raw: dict
     plan: list[PlannedStage]
     overrides: dict[str, Any] = field(default_factory=dict)
+    memory: list = field(default_factory=list)  # kit.runner.memory.Estimate per training stage (GPU recipes)
 
     @property
     def name(self) -> str:
@@ -404,8 +408,43 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
 
     if check_paths:
         _check_semantics(plan, spec, errors, invalid, check_gpu)
+    memory = _check_memory(plan, spec, errors)
     errors.raise_all()
-    return Recipe(path=path, text=text, spec=spec, raw=raw_orig, plan=plan, overrides=overrides)
+    return Recipe(path=path, text=text, spec=spec, raw=raw_orig, plan=plan, overrides=overrides, memory=memory)
+
+
+def _check_memory(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors) -> list:
+    """A GPU recipe's training stages must fit its declared GPUs (kit.runner.memory); the estimates."""
+    hw = spec.hardware
+    if isinstance(hw, str):
+        if hw == "gpu":
+            errors.add(("hardware",), "a GPU recipe declares its hardware as a mapping, e.g. {kind: gpu, gpus: 8, "
+                       "gpu_memory_gib: 140, zero_stage: 2, rollout: server, model_family: qwen3-30b-a3b}, so that "
+                       "its memory can be checked (kit/runner/memory.py)")
+        elif hw != "cpu":
+            errors.add(("hardware",), f"'{hw}' is neither 'cpu' nor a GPU mapping {{kind: gpu, gpus, ...}}")
+        return []
+    if hw.kind != "gpu":
+        return []
+    from kit.runner.memory import KNOWN_MODELS, estimate_plan
+
+    if hw.model_family is not None and hw.model_family not in KNOWN_MODELS:
+        errors.add(("hardware", "model_family"), f"unknown model_family '{hw.model_family}'; known: "
+                   f"{', '.join(KNOWN_MODELS)} (or give model_params_b)")
+        return []
+    estimates, unsized = estimate_plan(plan, hw)
+    for i, why in unsized:
+        errors.add(("stages", i, "params", "model"), why, ("stages", i))
+    for e in estimates:
+        if e.total > hw.gpu_memory_gib:
+            errors.add(("stages", e.index, "params", e.field),
+                       f"stage '{e.key}' needs about {e.total:.0f} GiB per process (weights {e.weights:.0f}, "
+                       f"gradients {e.grads:.0f}, optimizer {e.optimizer:.0f}, activations {e.activations:.0f}, "
+                       f"rollout engine {e.rollout:.0f}, overhead {e.overhead:.0f}) but the recipe's hardware has "
+                       f"{hw.gpu_memory_gib:g} GiB per GPU ({hw.gpus} GPU(s), ZeRO-{hw.zero_stage}, rollout "
+                       f"{hw.rollout}); use LoRA, a higher zero_stage, more GPUs, rollout: server or shorter "
+                       "sequences", ("stages", e.index))
+    return estimates
 
 
 def _stage_params(spec: RecipeSpec, s: StageSpec, sid: str, i: int, arm: Optional[ArmSpec]) -> tuple[dict, dict]:
