@@ -9,6 +9,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
 
 import sys
+
+import pytest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # shared test helpers (tests/_serving.py)
+
+
+@pytest.fixture(scope="module")
+def listener():
+    """A listening loopback socket the sandbox tests own (one per test module): a contained checker
+    never connects to it."""
+    import socket
+
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    yield srv
+    srv.close()

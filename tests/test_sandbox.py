@@ -141,15 +141,6 @@ def baseline_rss():
     return psutil.Process().memory_info().rss
 
 
-@pytest.fixture
-def listener():
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    yield srv
-    srv.close()
-
-
 def test_corpus_is_big_enough():
     assert len(CORPUS) >= 30
 

@@ -93,15 +93,6 @@ def _fill(source: str, port: int) -> str:
     return source.replace("SENTINEL", SENTINEL).replace("PORT", str(port))
 
 
-@pytest.fixture(scope="module")
-def listener():
-    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    yield srv
-    srv.close()
-
-
 def _no_connection(srv: socket.socket) -> None:
     srv.settimeout(0.05)
     with pytest.raises(socket.timeout):
