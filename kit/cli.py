@@ -316,12 +316,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from kit.errors import NotFound
-    from kit.runner.report import build_report
+    from kit.runner.report import build_report, run_folder
 
-    run = Path(args.run)
-    if not (run / "manifest.json").is_file():
-        raise NotFound(f"no run in {run} (no manifest.json)", "give a run folder `kit run` wrote: runs/<run-id>")
+    run = run_folder(args.run)
     rep = build_report(run, args.out or Path("reports") / run.name, title=args.title, bootstrap=args.bootstrap)
     print(f"report: {rep.html_path} (one self-contained file, {rep.html_path.stat().st_size / 1e3:.0f} kB)")
     return 0

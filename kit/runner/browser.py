@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from kit.errors import NotFound, UnknownName
+from kit.errors import UnknownName
 from kit.runner.episodes import CAP, browser_data, engine_groups, episode_status, eval_group, sample_keys
 
 
@@ -436,13 +436,9 @@ def view(run_dir: str | Path, arm: Optional[str] = None, task: Optional[str] = N
     evaluation), the first episode of --task (default: any task) that is `status` (failed by default),
     else the first episode at all; episodes in the browser's task order. Raises a kit.errors.UserError naming what
     exists when nothing matches."""
-    from kit.runner.report import collect
+    from kit.runner.report import collect, run_folder
 
-    run_dir = Path(run_dir)
-    if not (run_dir / "manifest.json").exists() and (Path("runs") / run_dir / "manifest.json").exists():
-        run_dir = Path("runs") / run_dir
-    if not (run_dir / "manifest.json").exists():
-        raise NotFound(f"{run_dir}: no manifest.json", "a run folder is runs/<run-id>/ (`kit run` writes them)")
+    run_dir = run_folder(run_dir)
     data = collect(run_dir)
     found = _find_groups(data, arm)
     if not found:

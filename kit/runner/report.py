@@ -90,6 +90,19 @@ def _stage_dir(entry: dict) -> Optional[Path]:
     return Path(nb).parent if nb else None
 
 
+def run_folder(run: str | Path) -> Path:
+    """A finished or running `kit run` folder: the path itself, or runs/<run> given a run id;
+    kit.errors.NotFound when neither holds a manifest.json."""
+    run = Path(run)
+    if not (run / "manifest.json").is_file() and (Path("runs") / run / "manifest.json").is_file():
+        run = Path("runs") / run
+    if not (run / "manifest.json").is_file():
+        from kit.errors import NotFound
+
+        raise NotFound(f"{run}: no manifest.json", "give a run folder `kit run` wrote: runs/<run-id>")
+    return run
+
+
 def collect(run_dir: str | Path) -> dict:
     """Everything the report shows, as plain data frames and dicts."""
     run_dir = Path(run_dir)
@@ -653,11 +666,7 @@ def build_comparison(run_dirs: list[str | Path], report_dir: str | Path, title: 
     out.mkdir(parents=True, exist_ok=True)
     merged: dict[str, Any] = {"manifest": {}, "engine": [], "sft": [], "grpo": [], "evals": [], "warnings": []}
     runs, subs = [], []
-    for d in map(Path, run_dirs):
-        if not (d / "manifest.json").is_file():
-            from kit.errors import NotFound
-
-            raise NotFound(f"no run in {d} (no manifest.json)", "give run folders `kit run` wrote: runs/<run-id>")
+    for d in map(run_folder, run_dirs):
         data = collect(d)
         m = data["manifest"]
         rid = m.get("run_id", d.name)
