@@ -55,6 +55,17 @@ max_grad_norm = 1.0  # Gradient clipping by global norm.
 weight_decay = 0.0  # AdamW weight decay.
 user_temperature = 1.0  # User simulator sampling temperature.
 user_max_new_tokens = 96  # Most tokens per user turn.
+lora = False  # Train LoRA adapters (PEFT) instead of all weights; they are merged into the saved weights.
+lora_r = 16  # LoRA rank.
+lora_alpha = 32  # LoRA scaling numerator (the update is scaled by alpha / r).
+lora_dropout = 0.0  # Dropout on the LoRA branch.
+lora_target_modules = 'all-linear'  # Modules that get adapters: a list of names, or 'all-linear' (every linear layer but the head).
+gradient_checkpointing = False  # Recompute activations in the backward pass: less memory, ~30% more time (TRL's default is on).
+rollout = 'local'  # Where the policy samples: 'local' (the training process, transformers) or 'server' (an OpenAI-compatible server at `rollout_server`, weights pushed after each step; kit/train/rollout_server.py).
+rollout_server = None  # rollout 'server': the server's URL with /v1 (vLLM: `make vllm-serve`), serving the policy's starting weights.
+rollout_server_model = None  # The starting policy's name on the server (None: the first model it lists).
+weight_sync = 'auto'  # How the server gets the new weights after each step: 'lora_adapter' (vLLM POST /v1/load_lora_adapter; needs lora), 'folder' (a full HF folder per step, requested by its path: servers that load models by name, like `transformers serve`); 'auto': lora_adapter with lora, else folder.
+server_token_ids = True  # Ask the server for the sampled token ids and log-probs (vLLM); False for servers without them (`transformers serve`): the completion is re-tokenized, counted in train/retokenized_turns.
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---
 stage = None        # the recipe's stage name

@@ -158,6 +158,8 @@ def _apply(ep: _Episode, domain: Domain, role: str, c: Completion, latency: floa
             "latency_s": round(latency, 4), "finish_reason": c.finish_reason}
     if c.token_ids is not None:  # what the model sampled: training rows are built from these
         meta["token_ids"] = c.token_ids
+    elif c.raw and c.completion_tokens is not None:  # a server without ids: GRPO may re-tokenize this
+        meta["raw"] = c.raw
     if c.logprobs is not None:
         meta["logprobs"] = c.logprobs
     if c.parse_errors:

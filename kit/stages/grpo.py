@@ -129,15 +129,21 @@ def run(config: Config, st) -> Outputs:
     tokenizer = AutoTokenizer.from_pretrained(policy_dir, local_files_only=True)
     print(f"policy: {policy_dir}\nuser simulator ({tag}): {user_spec}")
 
-    cfg = GRPOConfig(**mechanism_kwargs(config, GRPOConfig, user_model=user_spec,
-                                        user_tag=tag, print_metrics=False))
+    cfg = GRPOConfig(**mechanism_kwargs(config, GRPOConfig, user_model=user_spec, user_tag=tag,
+                                        print_metrics=False, sync_dir=str(st.out_dir / "sync")))
+    if config.rollout == "server":
+        print(f"rollouts: {config.rollout_server} ({cfg.weight_sync} weight sync after each step)")
     trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn)
-    if trainer.step_budget_warning:
+    main = trainer.acc.is_main_process  # under `accelerate launch`, one process writes
+    if trainer.step_budget_warning and main:
         st.warn(trainer.step_budget_warning)
     metrics_file = st.out_dir / "metrics.jsonl"
-    metrics_file.write_text("")
+    if main:
+        metrics_file.write_text("")
 
     def on_step(m: dict) -> None:
+        if not main:
+            return
         st.log("grpo", m, step=m["step"])
         append_jsonl(metrics_file, m)
         print(f"step {m['step']}: reward {m[M.REWARD_MEAN]:.3f}, filtered {m[M.FILTERED_FRAC]:.2f}, "

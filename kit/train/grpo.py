@@ -26,10 +26,20 @@ Dropped, and why:
 - A plain PyTorch loop, not TRL's GRPOTrainer: TRL's multi-turn path (`rollout_func`) has to
   re-create episodes from completions, while here run_episodes owns the dialogue (user
   simulator, tools, termination) and the loop needs per-turn rows with the exact sampled ids.
-  accelerate still wraps model and optimizer, so `accelerate launch` gives DDP (checked: 2 CPU
-  processes under torchrun, ACCELERATE_USE_CPU=true, end with identical weights). Each process
-  samples its own tasks, normalises by its own tokens and logs its own metrics; skips are agreed
-  on by all processes. FSDP / ZeRO-3 would need the sharded weights gathered to sample: not done.
+  accelerate wraps model and optimizer, so the same loop runs under `accelerate launch` (DDP, or
+  DeepSpeed ZeRO / FSDP from the accelerate config; `kit run` launches a stage that way with a
+  `launch:` field). W processes train on the same global batch one process would: every process
+  draws the same B tasks and takes groups r, r + W, ...; each normalises its loss by the tokens
+  of the whole batch (summed over processes) times W, which DDP's gradient averaging undoes;
+  resampling after filtering draws from each process's own stream and share of the budget; a
+  process left without rows runs placeholder rows of zero weight; the logged metrics are summed
+  or episode-weighted over processes (each process's own under proc/). tests/test_grpo_distributed.py
+  checks 2 gloo processes against 1 process on the same batch (equal weights). Sampling from
+  ZeRO-3/FSDP-sharded weights needs the rollout server (`rollout: server`): the local sampler would
+  gather every layer.
+- Options beyond the paper's loop: LoRA adapters and gradient checkpointing (kit.train.lora, the
+  knobs SFT has); rollouts from an OpenAI-compatible server (vLLM) whose weights or adapter are
+  pushed after each step, with the server's token ids and log-probs (kit/train/rollout_server.py).
 - One row per assistant turn (prompt re-rendered as the agent saw it), not one packed sequence
   per episode: exact for any chat template, at the cost of re-encoding long histories.
 """
@@ -41,6 +51,7 @@ import copy
 import logging
 import math
 import random
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -57,7 +68,8 @@ from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
 from kit.train.grpo_config import GRPOConfig
 from kit.train.grpo_math import filter_groups, group_advantages, ppo_clip_loss
-from kit.train.sequences import Row, token_logprobs, trajectory_rows
+from kit.train.lora import merged_copy_state, prepare_for_training, trainable_parameters
+from kit.train.sequences import Row, sampler_logprobs, token_logprobs, trajectory_rows
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +117,22 @@ class GRPOTrainer:
         self.cfg = config or GRPOConfig()
         self.tasks, self.domain, self.tokenizer = list(tasks), domain, tokenizer
         self.acc = accelerator or Accelerator()
-        opt = torch.optim.AdamW(model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.ref = None
+        if self.cfg.kl_coef > 0:  # the initial policy, before any adapter is added
+            self.ref = copy.deepcopy(model).eval().requires_grad_(False)
+        model = prepare_for_training(model, self.cfg)  # LoRA adapters, gradient checkpointing
+        opt = torch.optim.AdamW(trainable_parameters(model), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         self.model, self.opt = self.acc.prepare(model, opt)
         self.policy = self.acc.unwrap_model(self.model)
-        self.backend = HFBackend(model=self.policy, tokenizer=tokenizer)  # completions carry their token ids
-        self.ref = None
-        if self.cfg.kl_coef > 0:
-            self.ref = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        # renders and tokenizes the training rows; samples too with rollout 'local' (completions carry their ids)
+        self.backend = HFBackend(model=self.policy, tokenizer=tokenizer)
+        self.server = None
+        if self.cfg.rollout == "server":
+            from kit.train.rollout_server import ServerPolicy
+
+            sync = self.cfg.sync_dir or tempfile.mkdtemp(prefix="kit-grpo-sync-")
+            self.server = ServerPolicy(self.cfg, self.backend.tool_mode, self.acc, sync)
+        self.sampler = self.server.backend if self.server is not None else self.backend
         tdir = Path(self.cfg.templates_dir) if self.cfg.templates_dir else None
         self.system = agent_system if agent_system is not None else agent_system_prompt(domain.policy, tdir)
         self.tools = tools if tools is not None else (domain.tool_schemas("assistant") if domain else None)
@@ -128,8 +149,12 @@ class GRPOTrainer:
             reward_fn = lambda task, traj: verify(domain, task, traj).reward
         self.reward_fn = reward_fn
         self.wandb_run = wandb_run
-        self.rng = random.Random(self.cfg.seed * 1000 + self.acc.process_index)
+        # tasks are drawn from one stream, the same on every process, then shared out (rank r takes
+        # groups r, r + W, ...): W processes train on the same global batch as one would
+        self.task_rng = random.Random(self.cfg.seed * 1000)
+        self.rng = random.Random(self.cfg.seed * 1000 + 1 + self.acc.process_index)  # this process's own draws
         self._queue: list = []
+        self._local_queue: list = []
         self.step_idx = 0
 
     # -- rollouts -------------------------------------------------------------------------
@@ -141,18 +166,20 @@ class GRPOTrainer:
             self._user = make_backend(self.cfg.user_model)
         return self._user
 
-    def _draw(self, n: int) -> list:
-        """n tasks, without replacement within a pass over the shuffled task list."""
+    def _draw(self, n: int, local: bool = False) -> list:
+        """n tasks, without replacement within a pass over the shuffled task list; from the stream
+        every process shares, or (`local`) from this process's own (resampling)."""
+        rng, queue = (self.rng, self._local_queue) if local else (self.task_rng, self._queue)
         out = []
         while len(out) < n:
-            if not self._queue:
-                self._queue = self.rng.sample(self.tasks, len(self.tasks))
-            out.append(self._queue.pop())
+            if not queue:
+                queue.extend(rng.sample(self.tasks, len(self.tasks)))
+            out.append(queue.pop())
         return out
 
     def _rollout(self, tasks: list, seed: int) -> list:
         if self.rollout_fn is not None:
-            return self.rollout_fn(tasks, self.backend, seed)
+            return self.rollout_fn(tasks, self.sampler, seed)
         from kit.rollout import RolloutConfig, run_episodes
 
         c = self.cfg
@@ -162,15 +189,19 @@ class GRPOTrainer:
                                         max_new_tokens=c.max_new_tokens),
             user_params=SamplingParams(temperature=c.user_temperature, max_new_tokens=c.user_max_new_tokens),
         )
-        return run_episodes(self.domain, tasks, self.backend, self.user, rc, progress=False)
+        return run_episodes(self.domain, tasks, self.sampler, self.user, rc, progress=False)
 
     def _collect(self) -> tuple[list[_Group], list[_Group], dict]:
-        """Roll out B groups, filter, resample until B are kept or the budget is spent."""
+        """Roll out this process's share of the B groups, filter, resample (from this process's own
+        stream, its share of the budget) until its share is kept or the budget is spent."""
         c, G = self.cfg, self.cfg.group_size
-        kept, seen, budget, rnd = [], [], c.resample_budget, 0
-        todo = self._draw(c.tasks_per_step)
+        W, r = self.acc.num_processes, self.acc.process_index
+        todo = self._draw(c.tasks_per_step)[r::W]
+        share = len(todo)
+        kept, seen, budget, rnd = [], [], c.resample_budget // W + (r < c.resample_budget % W), 0
+        budget0 = budget
         self.policy.eval()
-        while todo:
+        while todo:  # a process with no share (W > B) rolls out nothing
             seed = ((c.seed * 1009 + self.acc.process_index) * 100_003 + self.step_idx) * 101 + rnd  # distinct per process
             trajs = self._rollout([t for t in todo for _ in range(G)], seed=seed)
             groups = []
@@ -179,20 +210,20 @@ class GRPOTrainer:
                 groups.append(_Group(task, ts, [float(self.reward_fn(task, t)) for t in ts]))
             seen += groups
             kept += [g for g, keep in zip(groups, filter_groups([g.rewards for g in groups], c.filter_mode)) if keep]
-            need = c.tasks_per_step - len(kept)
+            need = share - len(kept)
             if need <= 0 or budget <= 0:
                 break
             n = min(need, budget)
-            budget, rnd, todo = budget - n, rnd + 1, self._draw(n)
-        m = {M.GROUPS_RESAMPLES: c.resample_budget - budget, M.GROUPS_KEPT: min(len(kept), c.tasks_per_step),
-             M.FILTERED_FRAC: 1.0 - len(kept) / len(seen)}
-        return kept[: c.tasks_per_step], seen, m
+            budget, rnd, todo = budget - n, rnd + 1, self._draw(n, local=True)
+        m = {M.GROUPS_RESAMPLES: budget0 - budget, M.GROUPS_KEPT: min(len(kept), share),
+             M.FILTERED_FRAC: 1.0 - len(kept) / len(seen) if seen else 0.0}
+        return kept[:share], seen, m
 
     def _episode_metrics(self, seen: list[_Group]) -> dict:
         rewards = [r for g in seen for r in g.rewards]
         trajs = [t for g in seen for t in g.trajs]
         mean = sum(rewards) / len(rewards)
-        m = {
+        m = {"proc/episodes": float(len(rewards)),
             M.REWARD_MEAN: mean,
             M.REWARD_STD: math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
             M.PASS_RATE: sum(r >= 1.0 for r in rewards) / len(rewards),
@@ -215,9 +246,10 @@ class GRPOTrainer:
     def _rows(self, kept: list[_Group]) -> tuple[list[Row], dict]:
         advs = group_advantages([g.rewards for g in kept], scope=self.cfg.adv_scope)
         rows, unmatched, too_long = [], 0, 0
+        retokenize = self.server is not None and not self.cfg.server_token_ids
         for gi, (g, adv) in enumerate(zip(kept, advs)):
             for traj, a in zip(g.trajs, adv):
-                rs, u = trajectory_rows(self.backend, traj, self.system, self.tools, a, gi)
+                rs, u = trajectory_rows(self.backend, traj, self.system, self.tools, a, gi, retokenize=retokenize)
                 unmatched += u
                 for r in rs:
                     if self.cfg.max_seq_tokens and len(r.ids) > self.cfg.max_seq_tokens:
@@ -225,7 +257,14 @@ class GRPOTrainer:
                     else:
                         rows.append(r)
         return rows, {"train/rows": len(rows), "train/unmatched_turns": unmatched, "train/too_long_rows": too_long,
-                      "train/tokens": sum(sum(r.mask) for r in rows)}
+                      "train/tokens": sum(sum(r.mask) for r in rows),
+                      "train/retokenized_turns": sum(r.retokenized for r in rows),
+                      "train/sampler_logprob_rows": sum(r.logprobs is not None for r in rows)}
+
+    def _placeholder_rows(self) -> list[Row]:
+        """Rows for a process whose share of the batch was all filtered while others train: under
+        DDP it must still run the same backward passes; its loss is multiplied by 0 (group -1)."""
+        return [Row([self.backend.pad_id] * 2, [0, 1], 0.0, -1) for _ in range(self.cfg.minibatches)]
 
     def _update(self, rows: list[Row]) -> tuple[dict, str | None]:
         c = self.cfg
@@ -245,8 +284,13 @@ class GRPOTrainer:
                 ref = [[token_logprobs(self.ref, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
         out = {M.LOSS: 0.0, M.CLIP_FRAC: 0.0, "approx_kl": 0.0, M.GRAD_NORM: 0.0, **({"kl_ref": 0.0} if ref is not None else {})}
         tokens, applied = 0.0, 0
+        # DDP averages gradients over the W processes: each normalises by the tokens (or rows) of the
+        # whole batch, all processes together, and scales by W, so W processes compute the gradient
+        # one process would on the same global batch
+        W = self.acc.num_processes
         for b, mb in enumerate(micro):
-            total = float(sum(sum(r.mask) for mi in mb for r in mi))
+            total = self._sum(float(sum(sum(r.mask) for mi in mb for r in mi if r.group >= 0)))
+            seqs = self._sum(float(sum(r.group >= 0 for mi in mb for r in mi)))
             self.opt.zero_grad(set_to_none=True)
             bad = False
             for k, mi in enumerate(mb):
@@ -254,15 +298,20 @@ class GRPOTrainer:
                 with sync:
                     logp, mask = token_logprobs(self.model, mi, pad, c.temperature)
                     adv = torch.tensor([r.advantage for r in mi], dtype=logp.dtype, device=logp.device)
+                    before = logp.detach() if old is None else old[b][k]
+                    behaviour = sampler_logprobs(mi, before)  # a server's log-probs, where it gave them
                     loss, st = ppo_clip_loss(
-                        logp, logp.detach() if old is None else old[b][k], adv, mask, c.clip_eps, c.kl_coef,
-                        None if ref is None else ref[b][k], c.loss_norm, total_tokens=total)
+                        logp, before if behaviour is None else behaviour, adv, mask, c.clip_eps, c.kl_coef,
+                        None if ref is None else ref[b][k], c.loss_norm, total_tokens=max(total, 1.0))
                     if c.loss_norm == "sequence":
-                        loss = loss * len(mi) / sum(len(x) for x in mb)
+                        loss = loss * len(mi) / max(seqs, 1.0)
+                    loss = loss * W
+                    if all(r.group < 0 for r in mi):
+                        loss = loss * 0.0
                     if not torch.isfinite(loss):  # keep the backward (DDP peers wait on it), but of nothing
                         bad, loss = True, (logp * 0.0).nan_to_num().sum()
                     self.acc.backward(loss)
-                out[M.LOSS] += loss.item() / len(micro)
+                out[M.LOSS] += loss.item() / W / len(micro)
                 out["clip_frac"] += st["clip_frac"] * st["tokens"]
                 out["approx_kl"] += st["approx_kl"] * st["tokens"]
                 if ref is not None:
@@ -290,7 +339,8 @@ class GRPOTrainer:
         """One GRPO step; returns its metrics. A skipped step says why (`skip_reason`)."""
         t0 = time.perf_counter()
         kept, seen, m = self._collect()
-        m.update(self._episode_metrics(seen))
+        if seen:
+            m.update(self._episode_metrics(seen))
         m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": ""})
         m["time/rollout_s"] = time.perf_counter() - t0
         reason, rows = None, []
@@ -303,17 +353,27 @@ class GRPOTrainer:
                 reason = "no_trainable_tokens"
             elif len(rows) < self.cfg.minibatches:
                 reason = "fewer_rows_than_minibatches"
-        # under `accelerate launch` every process must take part in the same backward passes
-        if self._any(reason is not None):
+        # under `accelerate launch` every process takes part in the same backward passes: the step is
+        # skipped when no process has rows (or one has too few for its minibatches); a process whose
+        # share was all filtered while others train runs placeholder rows that contribute nothing
+        nothing_here = reason in ("all_groups_filtered", "no_trainable_tokens")
+        if self._all(nothing_here) or self._any(reason == "fewer_rows_than_minibatches"):
             reason = reason or "skipped_on_another_process"
         else:
+            if nothing_here:
+                rows, reason = self._placeholder_rows(), None
             t1 = time.perf_counter()
             um, reason = self._update(rows)
             m.update(um)
             m["time/update_s"] = time.perf_counter() - t1
+            if reason is None and self.server is not None:
+                t2 = time.perf_counter()
+                self.server.push(self.policy, self.tokenizer, self.step_idx + 1)
+                m["time/weight_sync_s"] = time.perf_counter() - t2
         if reason:
             m.update({"skipped": 1, "skip_reason": reason, f"skipped/{reason}": 1})
         m[M.STEP_TIME] = time.perf_counter() - t0
+        m.update(self._global(m))
         self._log(m)
         self.step_idx += 1
         return m
@@ -328,12 +388,36 @@ class GRPOTrainer:
                 on_step(history[-1])
         return history
 
-    def _any(self, flag: bool) -> bool:
-        """True if `flag` is set on any process (no communication with a single process)."""
+    def _sum(self, x: float) -> float:
+        """`x` summed over all processes (no communication with a single process)."""
         if self.acc.num_processes == 1:
-            return flag
-        t = torch.tensor([float(flag)], device=self.acc.device)
-        return bool(self.acc.reduce(t, reduction="sum").item() > 0)
+            return x
+        t = torch.tensor([float(x)], dtype=torch.float64, device=self.acc.device)
+        return float(self.acc.reduce(t, reduction="sum").item())
+
+    def _any(self, flag: bool) -> bool:
+        """True if `flag` is set on any process."""
+        return self._sum(float(flag)) > 0
+
+    def _all(self, flag: bool) -> bool:
+        """True if `flag` is set on every process."""
+        return self._sum(float(flag)) >= self.acc.num_processes
+
+    # metrics over the whole batch, all processes together (each process's own stay under proc/)
+    _SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, "train/rows", "train/tokens", "train/unmatched_turns",
+               "train/too_long_rows", "train/retokenized_turns")
+    _EPISODE_MEANS = (M.REWARD_MEAN, M.PASS_RATE, M.USER_DEVIATION_RATE)
+
+    def _global(self, m: dict) -> dict:
+        if self.acc.num_processes == 1:
+            return {}
+        out = {f"proc/{k}": m[k] for k in self._SUMMED + self._EPISODE_MEANS if k in m}
+        for k in self._SUMMED:
+            out[k] = self._sum(m.get(k, 0.0))
+        episodes = self._sum(m.get("proc/episodes", 0.0))
+        for k in self._EPISODE_MEANS:  # weighted by each process's episodes
+            out[k] = self._sum(m.get(k, 0.0) * m.get("proc/episodes", 0.0)) / max(episodes, 1.0)
+        return {**out, "proc/count": self.acc.num_processes}
 
     def _log(self, m: dict) -> None:
         if not self.acc.is_main_process:
@@ -351,7 +435,8 @@ class GRPOTrainer:
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
             path.mkdir(parents=True, exist_ok=True)
-            self.policy.save_pretrained(path, save_function=self.acc.save)
+            self.policy.config.use_cache = True  # off while training with gradient checkpointing
+            merged_copy_state(self.policy).save_pretrained(path, save_function=self.acc.save)  # LoRA: merged
             self.tokenizer.save_pretrained(path)
             (path / "grpo_config.json").write_text(self.cfg.model_dump_json(indent=2))
         return path

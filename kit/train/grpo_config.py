@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from kit.train.lora import LoRAKnobs
 
 
-class GRPOKnobs(BaseModel):
-    """GRPO's recipe knobs. Defaults are the paper's public dense-model config where it has one."""
+class GRPOKnobs(LoRAKnobs):
+    """GRPO's recipe knobs. Defaults are the paper's public dense-model config where it has one. The
+    LoRA and gradient-checkpointing knobs are kit.train.lora.LoRAKnobs' (shared with SFT)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -57,6 +60,21 @@ class GRPOKnobs(BaseModel):
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     user_temperature: float = Field(default=1.0, ge=0, description="User simulator sampling temperature.")
     user_max_new_tokens: int = Field(default=96, ge=1, description="Most tokens per user turn.")
+    rollout: Literal["local", "server"] = Field(default="local", description="Where the policy samples: 'local' "
+                                                "(the training process, transformers) or 'server' (an "
+                                                "OpenAI-compatible server at `rollout_server`, weights pushed "
+                                                "after each step; kit/train/rollout_server.py).")
+    rollout_server: Optional[str] = Field(default=None, description="rollout 'server': the server's URL with /v1 "
+                                          "(vLLM: `make vllm-serve`), serving the policy's starting weights.")
+    rollout_server_model: Optional[str] = Field(default=None, description="The starting policy's name on the "
+                                                "server (None: the first model it lists).")
+    weight_sync: Literal["auto", "lora_adapter", "folder"] = Field(
+        default="auto", description="How the server gets the new weights after each step: 'lora_adapter' (vLLM "
+        "POST /v1/load_lora_adapter; needs lora), 'folder' (a full HF folder per step, requested by its path: "
+        "servers that load models by name, like `transformers serve`); 'auto': lora_adapter with lora, else folder.")
+    server_token_ids: bool = Field(default=True, description="Ask the server for the sampled token ids and "
+                                   "log-probs (vLLM); False for servers without them (`transformers serve`): the "
+                                   "completion is re-tokenized, counted in train/retokenized_turns.")
 
 
 class GRPOConfig(GRPOKnobs):
@@ -71,3 +89,5 @@ class GRPOConfig(GRPOKnobs):
                                          "(kit/rollout/templates by default).")
     seed: int = Field(default=0, description="Seeds task order and rollout sampling.")
     print_metrics: bool = Field(default=True, description="Print one line per step when no W&B run is given.")
+    sync_dir: Optional[str] = Field(default=None, description="rollout 'server': where each step's weights or "
+                                    "adapter are written for the server to load (a folder it can read).")

@@ -35,6 +35,8 @@ class Row:
     mask: list[int]
     advantage: float
     group: int
+    logprobs: list[float] | None = None  # the sampler's log-probs of the masked tokens, where it gave them
+    retokenized: bool = False  # the completion's ids are a re-tokenization (a server that gave no ids)
 
 
 def trajectory_rows(
@@ -44,22 +46,35 @@ def trajectory_rows(
     tools: list[dict] | None,
     advantage: float,
     group: int,
+    retokenize: bool = False,
 ) -> tuple[list[Row], int]:
     """Rows for every generated assistant turn of `traj`, and how many generated turns carry no
-    sampled `token_ids` (those are skipped, never re-tokenized into the loss). `backend` renders
-    and tokenizes the prompts: the one that sampled the turns (caps.tokenizer)."""
+    sampled `token_ids` (those are skipped). `backend` renders and tokenizes the prompts with the
+    tokenizer and chat template of the policy that sampled the turns (caps.tokenizer).
+
+    `retokenize`: a turn without ids but with its raw completion text (a server that returns no
+    ids, like `transformers serve`) is re-tokenized, plus the end-of-turn token when it stopped
+    by itself; such rows say so (`retokenized`) and GRPO counts them. Off by default: the ids may
+    differ from what was sampled (see the module doc)."""
     rows, missing = [], 0
     for i, m in enumerate(traj.messages):
         if m.role != "assistant" or "completion_tokens" not in m.meta:  # not sampled in this rollout
             continue
-        sampled = m.meta.get("token_ids")
+        sampled, retok = m.meta.get("token_ids"), False
+        if not sampled and retokenize and m.meta.get("raw"):
+            sampled = backend.tokenizer(m.meta["raw"], add_special_tokens=False)["input_ids"]
+            if m.meta.get("finish_reason") in ("stop", "tool_calls", None):
+                sampled = sampled + [min(backend.eos_ids)]
+            retok = True
         if not sampled:
             missing += 1
             continue
         prompt = backend.render(agent_view(traj.messages[:i], system), tools)
         prompt_ids = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
         ids, mask = assistant_token_mask([("prompt", prompt_ids), ("completion", list(sampled))])
-        rows.append(Row(ids, mask, advantage, group))
+        lp = m.meta.get("logprobs")
+        rows.append(Row(ids, mask, advantage, group, logprobs=list(lp) if lp and len(lp) == len(sampled) else None,
+                        retokenized=retok))
     return rows, missing
 
 
@@ -93,3 +108,17 @@ def token_logprobs(
     targets = ids[:, length - k :]
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
     return logp, msk[:, length - k :]
+
+
+def sampler_logprobs(rows: list[Row], logp: torch.Tensor) -> torch.Tensor | None:
+    """The sampling policy's log-probs in `token_logprobs`' layout: each row's completion tokens end
+    its last columns, so a row that carries the sampler's `logprobs` gets them there; other
+    positions keep `logp` (detached). None when no row carries any (the sampler was the trainer)."""
+    if not any(r.logprobs for r in rows):
+        return None
+    old = logp.detach().clone()
+    for i, r in enumerate(rows):
+        if r.logprobs:
+            n = min(len(r.logprobs), old.shape[1])
+            old[i, old.shape[1] - n :] = torch.tensor(r.logprobs[len(r.logprobs) - n :], dtype=old.dtype)
+    return old

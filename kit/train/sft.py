@@ -42,22 +42,15 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from kit.train.lora import LoRAKnobs, peft_config, target_modules
 
 
-class SFTKnobs(BaseModel):
+class SFTKnobs(LoRAKnobs):
     """SFT's recipe knobs, each declared once (the `sft_user` / `sft_agent` stages' Config inherits
     them). Defaults suit a small dense model; the paper publishes no SFT hyperparameters."""
 
     model_config = ConfigDict(extra="forbid")
 
-    lora: bool = Field(default=False, description="Train LoRA adapters (PEFT) instead of all weights; they are "
-                       "merged into the saved weights.")
-    lora_r: int = Field(default=16, ge=1, description="LoRA rank.")
-    lora_alpha: int = Field(default=32, ge=1, description="LoRA scaling numerator (the update is scaled by alpha / r).")
-    lora_dropout: float = Field(default=0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA branch.")
-    lora_target_modules: str | list[str] = Field(default="all-linear", description="Modules that get adapters: a "
-                                                 "list of names, or 'all-linear' (every linear layer but the head).")
     lr: float = Field(default=2e-5, gt=0, description="Peak learning rate (AdamW). Full fine-tuning ~1e-5..2e-5; "
                       "LoRA usually wants ~1e-4..2e-4.")
     lr_scheduler: str = Field(default="linear", description="transformers scheduler name: linear, cosine, constant, ...")
@@ -69,8 +62,6 @@ class SFTKnobs(BaseModel):
                             "batch_size x grad_accum x devices).")
     max_seq_len: int = Field(default=4096, ge=16, description="Longest training sequence in tokens; longer "
                              "prompts are truncated from the left (see the module doc).")
-    gradient_checkpointing: bool = Field(default=False, description="Recompute activations in the backward pass: "
-                                         "less memory, ~30% more time (TRL's default is on).")
     dtype: str = Field(default="auto", description="'auto' = bfloat16 on CUDA when supported, float32 otherwise; "
                        "or float32 / bfloat16 / float16.")
     logging_steps: int = Field(default=1, ge=1, description="Log the training loss every this many optimizer "
@@ -239,7 +230,7 @@ def _load_unsloth(path: str, cfg: SFTConfig, dtype: Any):  # pragma: no cover --
         full_finetuning=not cfg.lora, local_files_only=True,
     )
     if cfg.lora:
-        targets = ALL_LINEAR if cfg.lora_target_modules == "all-linear" else list(cfg.lora_target_modules)
+        targets = target_modules(cfg)
         model = FastLanguageModel.get_peft_model(
             model, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
             target_modules=targets, random_state=cfg.seed,
@@ -271,13 +262,7 @@ def _load(cfg: SFTConfig) -> tuple[Any, Any, Any, bool]:
         return model, tokenizer, None, True
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    peft_config = None
-    if cfg.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                                 target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
-    return model, tokenizer, peft_config, False
+    return model, tokenizer, peft_config(cfg), False
 
 
 # ----- the run -----------------------------------------------------------------------------------
