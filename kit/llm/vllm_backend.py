@@ -32,9 +32,10 @@ from kit.llm.toolcalls import parse_tool_calls
 from kit.llm.types import Backend, Completion, ChatMessage, SamplingParams, ToolMode, ToolSchema, as_params
 
 
-NO_VLLM = ("the vllm backend needs the `vllm` package (GPU only)",
-           "pip install vllm on a GPU machine, or use the 'hf' backend or an OpenAI-compatible server "
-           "('openai:URL#model')")
+NO_VLLM = ("the vllm backend needs the `vllm` package (GPU only), which is not in the kit's environment",
+           "serve the model with `vllm serve` from its own environment (make vllm-env; make vllm-serve "
+           "VLLM_MODEL=PATH; README: GPU install) and name it 'openai:http://HOST:PORT/v1#model', or use the "
+           "'hf' backend (no vLLM release installs beside the kit's pinned transformers)")
 NO_CUDA = ("the vllm backend needs a CUDA GPU and this machine has none",
            "on CPU use backend 'hf' (recipes: `backend: hf`; specs: 'hf:PATH')")
 
