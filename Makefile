@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # Tests that share an expensive module fixture carry an xdist_group (--dist loadgroup keeps them together).
 TEST_WORKERS ?= 2
 
-# vLLM in its own venv (GPU machines): no vLLM release installs beside the kit's pins (0.33.0 needs
+# vLLM in its own venv (GPU machines): it does not install beside the kit's pins (0.33.0, the newest, needs
 # transformers<5.21, torch==2.14.0, fastapi<0.137; the kit pins 5.24.0, 2.13.0, 0.165.0). The kit
 # reaches it as an OpenAI-compatible server: model specs 'openai:http://HOST:PORT/v1' (README: GPU install).
 VLLM_VENV  ?= .venv-vllm

@@ -35,7 +35,7 @@ from kit.llm.types import Backend, Completion, ChatMessage, SamplingParams, Tool
 NO_VLLM = ("the vllm backend needs the `vllm` package (GPU only), which is not in the kit's environment",
            "serve the model with `vllm serve` from its own environment (make vllm-env; make vllm-serve "
            "VLLM_MODEL=PATH; README: GPU install) and name it 'openai:http://HOST:PORT/v1#model', or use the "
-           "'hf' backend (no vLLM release installs beside the kit's pinned transformers)")
+           "'hf' backend (vLLM 0.33.0 requires transformers<5.21, the kit pins 5.24)")
 NO_CUDA = ("the vllm backend needs a CUDA GPU and this machine has none",
            "on CPU use backend 'hf' (recipes: `backend: hf`; specs: 'hf:PATH')")
 
