@@ -14,7 +14,20 @@ PYTEST_ARGS ?=
 # Tests that share an expensive module fixture carry an xdist_group (--dist loadgroup keeps them together).
 TEST_WORKERS ?= 2
 
-.PHONY: setup run test doctor browser sandbox-walls clean-venv
+# vLLM in its own venv (GPU machines): it does not install beside the kit's pins (0.33.0, the newest, needs
+# transformers<5.21, torch==2.14.0, fastapi<0.137; the kit pins 5.24.0, 2.13.0, 0.165.0). The kit
+# reaches it as an OpenAI-compatible server: model specs 'openai:http://HOST:PORT/v1' (README: GPU install).
+VLLM_VENV  ?= .venv-vllm
+VLLM_SPEC  ?= vllm==0.33.0
+VLLM_STAMP := $(VLLM_VENV)/.vllm-setup-stamp
+# make vllm-serve VLLM_MODEL=/models/Qwen3-30B-A3B-Instruct-2507 VLLM_PORT=8001 [VLLM_ARGS="--tensor-parallel-size 2"]
+VLLM_MODEL ?=
+VLLM_HOST  ?= 127.0.0.1
+VLLM_PORT  ?= 8000
+VLLM_LORA_RANK ?= 64
+VLLM_ARGS  ?=
+
+.PHONY: setup run test doctor browser sandbox-walls clean-venv vllm-env vllm-serve
 
 setup: $(STAMP) sandbox-walls
 
@@ -62,3 +75,23 @@ doctor: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet "$(VLLM_SPEC)"
+	@touch $(VLLM_STAMP)
+
+# One model folder behind an OpenAI-compatible server, as the kit needs it: tool calls parsed into
+# `tool_calls` (Qwen3: hermes), sampled token ids in logprobs as "token_id:<id>"
+# (kit/llm/openai_backend.py), LoRA adapters loadable at runtime (POST /v1/load_lora_adapter).
+# The GPU: CUDA_VISIBLE_DEVICES=1 make vllm-serve ...
+vllm-serve: vllm-env
+	@test -n "$(VLLM_MODEL)" || { echo "usage: make vllm-serve VLLM_MODEL=/path/to/hf-folder [VLLM_PORT=8000] [VLLM_ARGS=...]"; exit 2; }
+	VLLM_ALLOW_RUNTIME_LORA_UPDATING=True $(VLLM_VENV)/bin/vllm serve "$(VLLM_MODEL)" \
+	  --host $(VLLM_HOST) --port $(VLLM_PORT) \
+	  --enable-lora --max-lora-rank $(VLLM_LORA_RANK) \
+	  --enable-auto-tool-choice --tool-call-parser hermes \
+	  --return-tokens-as-token-ids $(VLLM_ARGS)

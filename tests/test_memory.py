@@ -8,7 +8,7 @@ import pytest
 
 from kit.cli import main
 from kit.runner import load_recipe
-from kit.runner.memory import GIB, KNOWN_MODELS, Hardware, estimate_stage, model_shape
+from kit.runner.memory import GIB, KNOWN_MODELS, Hardware, estimate_stage, model_shape, user_engine
 from kit.runner.recipe import RecipeError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,6 +109,37 @@ def test_every_gpu_recipe_fits_and_prints_its_estimate(recipe, with_config, tmp_
         line = next(x for x in rows if x.strip().startswith(stage + " "))
         assert line.endswith("/ 140 fits") and "30.53B" in line, line
     assert ("config.json" if with_config else "model_family qwen3-30b-a3b") in out
+    grpo = next(x for x in rows if x.strip().startswith("grpo "))
+    assert grpo.split()[-5] == "0.0", grpo  # the rollout column: GRPO's user is a server, no engine on the card
+    assert "grpo: user simulator behind a server (openai:): no vLLM engine on the training GPU" in out
+
+
+def test_where_grpo_samples_its_user_is_read_from_its_params():
+    assert user_engine({"user_model": "openai:http://127.0.0.1:8002/v1", "backend": "vllm"}) == "server"
+    assert user_engine({"user_model": "@sft_user", "backend": "vllm"}) == "vllm"
+    assert user_engine({"user_model": "/models/u", "backend": "hf"}) == "hf"
+    assert user_engine({"user_model": "vllm:/models/u", "backend": "hf"}) == "vllm"
+    assert user_engine({"user_model": "hf:/models/u", "backend": "vllm"}) == "hf"
+
+
+def test_an_in_process_vllm_user_is_counted_and_refused_under_rollout_server(tmp_path, monkeypatch):
+    """The GPU recipes with GRPO's fine-tuned user back in the training process on vLLM (what they did
+    before issue #18): `rollout: server` is refused where the user is; declared in_process, its engine
+    (0.85 of the card) is counted and the stage no longer fits."""
+    for var in ("KIT_AGENT_MODEL", "KIT_USER_MODEL"):
+        monkeypatch.setenv(var, _folder(tmp_path, var, {}))
+    recipe = GPU_RECIPES[0]
+    back = {"grpo.user_model": "@sft_user", "defaults.backend": "vllm"}
+    with pytest.raises(RecipeError) as e:
+        load_recipe(recipe, overrides=back, check_gpu=False)
+    where = [w for _, w, _ in e.value.problems]
+    assert where[0].endswith("params.user_model") and "rollout: server" in e.value.problems[0][2], e.value.problems
+    assert "vllm serve" in e.value.problems[0][2]
+    with pytest.raises(RecipeError) as e:
+        load_recipe(recipe, overrides={**back, "hardware.rollout": "in_process"}, check_gpu=False)
+    (_, where, msg), = e.value.problems
+    assert where.endswith("params.max_seq_tokens") and f"rollout engine {0.85 * 140:.0f}" in msg, msg
+    assert "user_model: openai:URL#MODEL" in msg
 
 
 def test_cpu_recipes_get_no_estimate(capsys):

@@ -63,10 +63,25 @@ def test_a_gpu_recipe_is_refused_on_a_machine_without_vllm_or_cuda(gpu_env):
     missing = unavailable()
     if missing is None:
         pytest.skip("vllm and a CUDA GPU are here: nothing to refuse")
-    with pytest.raises(RecipeError) as e:
-        load_recipe(ROOT / "recipes/airline-qwen3.yaml")
+    with pytest.raises(RecipeError) as e:  # the GPU recipes sample through servers; in-process vLLM on request
+        load_recipe(ROOT / "recipes/airline-qwen3.yaml", overrides={"defaults.backend": "vllm"})
     assert len(e.value.problems) == 1 and e.value.problems[0][1] == "stages[0].params.backend", e.value.problems
     assert missing[0] in str(e.value) and e.value.hint
+
+
+def test_gpu_recipes_sample_base_models_through_servers(gpu_env):
+    """Issue #18: no in-process vLLM by default (it does not install beside the kit's pins); every model
+    that is not a training stage's output is an openai: server, so the recipes load on any machine."""
+    for d in ("airline", "retail", "telecom"):
+        r = load_recipe(ROOT / f"recipes/{d}-qwen3.yaml")  # with the GPU check: nothing asks for vllm
+        for ps in r.plan:
+            assert ps.params.get("backend", "hf") == "hf", (d, ps.id)
+            for name in ("model", "user_model"):
+                v = ps.params.get(name)
+                if ps.stage in ("synthesize", "evaluate", "grpo") and isinstance(v, str) and not v.startswith("@"):
+                    assert v.startswith("openai:http://"), (d, ps.id, name, v)
+        by = {s.id: s for s in r.plan}
+        assert by["grpo"].params["user_model"].startswith("openai:") and by["grpo"].params["user_tag"] == "fine-tuned"
 
 
 def test_quickstart_is_the_whole_chain_on_mock_with_the_embedded_model():
@@ -215,6 +230,13 @@ def test_set_overrides_and_env_defaults(tmp_path, monkeypatch):
     assert r.plan[0].params["trials"] == 2 and r.plan[0].params["domain"] == "airline"
     with pytest.raises(RecipeError, match="--set nope.x"):
         load_recipe(p, {"nope.x": 1})
+
+
+def test_set_takes_a_reference_as_written():
+    from kit.runner.recipe import parse_override
+
+    assert parse_override("grpo.user_model=@sft_user") == ("grpo.user_model", "@sft_user")  # not YAML
+    assert parse_override("grpo.train_steps=4") == ("grpo.train_steps", 4)
 
 
 # ----- execution: stub notebooks -----------------------------------------------------------------

@@ -9,25 +9,54 @@ by the shared tool-call parser.
 Importing this module never imports vllm; constructing `VLLMBackend` without vllm or without
 CUDA raises kit.errors.Unavailable (a RuntimeError) that says what is missing; `unavailable()`
 says it before anything loads (recipe validation).
+
+One engine per process: each `vllm.LLM` takes its gpu_memory_utilization (0.85) of the card, so a
+second in-process engine for another model (an agent and its user simulator, say) cannot fit
+beside the first. Constructing a `VLLMBackend` for a different model while one is alive in this
+process raises `TwoEngines` before vllm is imported; serve one of them with `vllm serve` (`make
+vllm-serve`) and name it 'openai:http://HOST:PORT/v1#MODEL'. The same folder twice shares nothing
+either, but is the caller's business (kit.llm.make_backend caches by spec).
 """
 
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
+from kit.errors import Unavailable
 from kit.llm.prompting import render_prompt, resolve_tool_mode
 from kit.llm.capabilities import Capabilities
 from kit.llm.toolcalls import parse_tool_calls
 from kit.llm.types import Backend, Completion, ChatMessage, SamplingParams, ToolMode, ToolSchema, as_params
 
 
-NO_VLLM = ("the vllm backend needs the `vllm` package (GPU only)",
-           "pip install vllm on a GPU machine, or use the 'hf' backend or an OpenAI-compatible server "
-           "('openai:URL#model')")
+NO_VLLM = ("the vllm backend needs the `vllm` package (GPU only), which is not in the kit's environment",
+           "serve the model with `vllm serve` from its own environment (make vllm-env; make vllm-serve "
+           "VLLM_MODEL=PATH; README: GPU install) and name it 'openai:http://HOST:PORT/v1#model', or use the "
+           "'hf' backend (vLLM 0.33.0 requires transformers<5.21, the kit pins 5.24)")
 NO_CUDA = ("the vllm backend needs a CUDA GPU and this machine has none",
            "on CPU use backend 'hf' (recipes: `backend: hf`; specs: 'hf:PATH')")
+
+
+class TwoEngines(Unavailable):
+    """A second in-process vLLM engine, for another model, while one is alive in this process."""
+
+
+_LIVE: "weakref.WeakSet[VLLMBackend]" = weakref.WeakSet()  # this process's engines (closed ones drop out)
+
+
+def _check_one_engine(path: str) -> None:
+    """Raise TwoEngines when an alive VLLMBackend of this process serves a model other than `path`."""
+    other = next((b for b in list(_LIVE) if getattr(b, "llm", None) is not None
+                  and os.path.realpath(b.path) != os.path.realpath(path)), None)
+    if other is not None:
+        raise TwoEngines(
+            f"two in-process vLLM engines on one GPU: one already serves {other.path} in this process, and "
+            f"{path} would need a second (each takes its gpu_memory_utilization of the card)",
+            f"serve one of them with `vllm serve` in its own environment (make vllm-serve VLLM_MODEL={path}) and "
+            "name it 'openai:http://HOST:PORT/v1#MODEL' (README: GPU install); or close() the first backend")
 
 
 def unavailable() -> tuple[str, str] | None:
@@ -67,6 +96,7 @@ class VLLMBackend(Backend):
         **engine_kwargs: Any,
     ):
         self.caps = Capabilities(tokenizer=True, token_ids=True, logprobs=logprobs)
+        _check_one_engine(str(path))
         try:
             import vllm
         except ImportError as exc:
@@ -96,6 +126,7 @@ class VLLMBackend(Backend):
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         self.llm = vllm.LLM(**kwargs)
+        _LIVE.add(self)
         self.tokenizer = self.llm.get_tokenizer()
         self.tool_mode = resolve_tool_mode(self.tokenizer, tool_mode)
 

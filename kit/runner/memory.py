@@ -21,9 +21,12 @@ The estimate, per training stage (sft_user, sft_agent, grpo) and per process (on
                  score term dropped: flash/SDPA attention); checkpointing: each layer's input kept
                  (tokens x hidden x 2 x layers) plus one layer recomputed (tokens x hidden x 34);
                  plus the logits in fp32 for the loss (tokens x vocab x 4).
-    rollout      an in-process vLLM engine on the same card (`rollout: in_process`, GRPO's user
-                 simulator): vLLM's gpu_memory_utilization (0.85) of the card; `rollout: server`: 0,
-                 the engines run on `rollout_gpus` other GPUs.
+    rollout      an in-process vLLM engine on the same card: vLLM's gpu_memory_utilization (0.85) of
+                 the card. For a recipe's GRPO stage it is read from the stage's user simulator
+                 (`user_engine`): a local folder run by vLLM (`backend: vllm` or 'vllm:PATH') is an
+                 engine on the training GPU; 'openai:URL#MODEL' (a `vllm serve` elsewhere, on
+                 `rollout_gpus` other GPUs) is 0. `hardware.rollout: server` with an in-process
+                 user engine is refused by `kit run --validate`.
     overhead     2 GiB: CUDA context, NCCL buffers, allocator fragmentation.
 
 P = all parameters, A = the LoRA adapter's (r x (in + out) per targeted linear layer, every expert's).
@@ -169,6 +172,7 @@ class Estimate:
     rollout: float
     overhead: float = OVERHEAD_GIB
     field: str = ""          # the knob most to blame, for the error location
+    user: str = ""           # grpo: where its user simulator samples (`user_engine`)
 
     @property
     def total(self) -> float:
@@ -181,8 +185,24 @@ def lora_params(shape: Shape, r: int, targets) -> float:
     return r * sum(shape.lora_per_rank[n] for n in names)
 
 
-def estimate_stage(stage: str, p: dict, shape: Shape, hw: Hardware, key: str = "", index: int = 0) -> Estimate:
-    """Per-process peak of one training stage with params `p` (validated stage params)."""
+def user_engine(p: dict) -> str:
+    """Where a GRPO stage's user simulator samples, from its validated params: 'server' (an
+    'openai:' endpoint), 'vllm' (a local folder run by an in-process vLLM engine on the training
+    GPU) or 'hf' (a local folder run by transformers in the training process; not modelled)."""
+    v = p.get("user_model")
+    if isinstance(v, str) and v.strip().startswith("openai:"):
+        return "server"
+    if isinstance(v, str) and v.strip().startswith("vllm:"):
+        return "vllm"
+    if isinstance(v, str) and v.strip().startswith("hf:"):
+        return "hf"
+    return "vllm" if p.get("backend") == "vllm" else "hf"
+
+
+def estimate_stage(stage: str, p: dict, shape: Shape, hw: Hardware, key: str = "", index: int = 0,
+                   engine: Optional[bool] = None) -> Estimate:
+    """Per-process peak of one training stage with params `p` (validated stage params). `engine`:
+    whether GRPO's sampling engine shares the card (None: as `hw.rollout` declares)."""
     n = hw.gpus
     wb = _DTYPE_BYTES.get(str(p.get("dtype", "auto")).replace("torch.", ""), 2)
     P = shape.params
@@ -211,7 +231,9 @@ def estimate_stage(stage: str, p: dict, shape: Shape, hw: Hardware, key: str = "
     acts = (tokens * shape.hidden * 2 * shape.layers + per_layer) if ckpt else per_layer * shape.layers
     acts += tokens * shape.vocab * 4
     rollout = 0.0
-    if stage == "grpo" and hw.rollout == "in_process":
+    if engine is None:
+        engine = hw.rollout == "in_process"
+    if stage == "grpo" and engine:
         rollout = VLLM_GPU_MEMORY_UTILIZATION * hw.gpu_memory_gib * GIB
     return Estimate(stage=stage, key=key, index=index, shape=shape, trainable=trainable, weights=weights / GIB,
                     grads=grads / GIB, optimizer=opt / GIB, activations=acts / GIB, rollout=rollout / GIB,
@@ -246,7 +268,10 @@ def estimate_plan(plan, hw: Hardware) -> tuple[list[Estimate], list[tuple[int, s
                             "shape here; declare hardware.model_family (" + ", ".join(KNOWN_MODELS) +
                             ") or hardware.model_params_b"))
             continue
-        out.append(estimate_stage(ps.stage, ps.params, shape, hw, ps.id, ps.index))
+        user = user_engine(ps.params) if ps.stage == "grpo" else ""
+        e = estimate_stage(ps.stage, ps.params, shape, hw, ps.id, ps.index, engine=(user == "vllm") if user else None)
+        e.user = user
+        out.append(e)
     return out, unsized
 
 
@@ -263,9 +288,16 @@ def table(estimates: list[Estimate], hw: Hardware) -> list[str]:
                      f"{e.total:>7.1f} / {hw.gpu_memory_gib:g} {ok}")
     for src in dict.fromkeys(e.shape.source for e in estimates):
         lines.append(f"  model shape from {src}")
-    if hw.rollout == "server":
-        lines.append("  rollout: server counts no engine on the training GPUs: run GRPO with its user simulator behind "
-                     "a server (--set grpo.user_model=openai:URL#MODEL)")
+    for e in estimates:
+        if e.user == "server":
+            lines.append(f"  {e.key}: user simulator behind a server (openai:): no vLLM engine on the training GPU")
+        elif e.user == "vllm":
+            lines.append(f"  {e.key}: user simulator in-process on vLLM: its engine takes "
+                         f"{VLLM_GPU_MEMORY_UTILIZATION:g} of the card (serve it with `vllm serve` and give "
+                         "user_model: openai:URL#MODEL to free it)")
+        elif e.user == "hf":
+            lines.append(f"  {e.key}: user simulator run by transformers in the training process: its weights "
+                         "are not counted")
     lines.append(f"  (+{OVERHEAD_GIB:g} GiB overhead each; AdamW fp32 m, v and master weights; kit/runner/memory.py "
                  "says what is modelled)")
     return lines

@@ -272,11 +272,15 @@ def _expand_env(value: Any, loc: tuple, errors: _Errors) -> Any:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """'stages.grpo.train_steps=4' or 'domain=airline' -> (path, YAML-parsed value)."""
+    """'stages.grpo.train_steps=4' or 'domain=airline' -> (path, YAML-parsed value); a value YAML
+    cannot read ('grpo.user_model=@sft_user') is the string as written."""
     if "=" not in text:
         raise ValueError(f"--set wants KEY=VALUE, got '{text}'")
     key, _, val = text.partition("=")
-    return key.strip(), yaml.safe_load(val) if val.strip() else ""
+    try:
+        return key.strip(), yaml.safe_load(val) if val.strip() else ""
+    except yaml.YAMLError:
+        return key.strip(), val.strip()
 
 
 def _apply_overrides(raw: dict, overrides: dict[str, Any], path: Path) -> None:
@@ -436,14 +440,21 @@ def _check_memory(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors) -
     for i, why in unsized:
         errors.add(("stages", i, "params", "model"), why, ("stages", i))
     for e in estimates:
+        if hw.rollout == "server" and e.user == "vllm":
+            errors.add(("stages", e.index, "params", "user_model"),
+                       f"the hardware says rollout: server, but stage '{e.key}' samples its user simulator "
+                       "in-process on vLLM (a model folder with backend: vllm), whose engine would share the "
+                       "training GPU; serve that model with `vllm serve` (make vllm-serve) and give user_model: "
+                       "openai:http://HOST:PORT/v1#MODEL, or declare rollout: in_process", ("stages", e.index))
         if e.total > hw.gpu_memory_gib:
             errors.add(("stages", e.index, "params", e.field),
                        f"stage '{e.key}' needs about {e.total:.0f} GiB per process (weights {e.weights:.0f}, "
                        f"gradients {e.grads:.0f}, optimizer {e.optimizer:.0f}, activations {e.activations:.0f}, "
                        f"rollout engine {e.rollout:.0f}, overhead {e.overhead:.0f}) but the recipe's hardware has "
                        f"{hw.gpu_memory_gib:g} GiB per GPU ({hw.gpus} GPU(s), ZeRO-{hw.zero_stage}, rollout "
-                       f"{hw.rollout}); use LoRA, a higher zero_stage, more GPUs, rollout: server or shorter "
-                       "sequences", ("stages", e.index))
+                       f"{hw.rollout}); use LoRA, a higher zero_stage, more GPUs, "
+                       + ("a user simulator behind a server (user_model: openai:URL#MODEL) " if e.rollout else "")
+                       + "or shorter sequences", ("stages", e.index))
     return estimates
 
 

@@ -25,9 +25,10 @@ What this module does itself, and why:
 Unsloth: with `use_unsloth="auto"` (default), on CUDA with the optional `unsloth` package
 installed, the model is loaded and wrapped with Unsloth's FastLanguageModel (faster kernels, LoRA
 via its get_peft_model, merged save via save_pretrained_merged). Unsloth cannot train on CPU and is
-never required. Its releases pin TRL: unsloth 2026.10.9 (the latest on PyPI when this was written)
-requires `trl>=0.18.2,<=1.15.0,!=0.19.0`, so installing it downgrades this kit's TRL 1.16; check
-the pins before combining. Unsloth must be imported before transformers/trl to patch them, which a
+never required, and not in the `gpu` extra: unsloth 2026.10.9 (the latest on PyPI when this was
+written) requires `trl<=1.15.0`, `transformers<=5.17.0` and `datasets<5.0.0`, so pip's resolver
+refuses it beside the kit's pins (TRL 1.16.0, transformers 5.24.0, datasets 5.2.0; README: GPU
+install); installed by hand it runs on versions it was not released for. Unsloth must be imported before transformers/trl to patch them, which a
 kit import chain may not guarantee. This path is untested here (no GPU in this project's CI).
 """
 
