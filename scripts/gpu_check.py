@@ -9,8 +9,13 @@ What it runs, each part timed and recorded (a failure is recorded and the next p
   4. sft       agent SFT (kit.train.sft, TRL's SFTTrainer; Unsloth's path if importable) on CUDA, bf16;
   5. grpo      GRPO steps (kit.train.grpo) on CUDA from the SFT checkpoint against the raw user
                simulator, mock tasks, checker (τ² criteria) rewards;
-  6. eval_grpo pass^1 of the GRPO checkpoint (same settings as 3).
-Sizes are flags; the defaults fit in about five minutes on one H100/H200.
+  6. grpo_lora the same with LoRA adapters and gradient checkpointing (kit.train.lora);
+  7. grpo_server the path at scale: `vllm serve` (its own venv: `make vllm-env`, or --vllm) serves the
+               embedded model with runtime LoRA; GRPO samples through it (`rollout: server`), takes
+               the server's token ids and log-probs, and pushes its adapter after every step
+               (POST /v1/load_lora_adapter); skipped, and said so, when no vllm executable is found;
+  8. eval_grpo pass^1 of the GRPO checkpoint (same settings as 3).
+Sizes are flags; the defaults fit in about eight minutes on one H100/H200.
 """
 from __future__ import annotations
 
@@ -29,7 +34,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="gpu-check")
     ap.add_argument("--json", default=None, help="where the results go (default: OUT/gpu_check.json)")
-    ap.add_argument("--parts", default="env,bench,eval,sft,grpo,eval_grpo")
+    ap.add_argument("--parts", default="env,bench,eval,sft,grpo,grpo_lora,grpo_server,eval_grpo")
+    ap.add_argument("--vllm", default=None, help="the `vllm` executable (default: .venv-vllm/bin/vllm, else PATH)")
+    ap.add_argument("--vllm-memory", type=float, default=0.3, help="grpo_server: vLLM's gpu_memory_utilization")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--bench-steps", type=int, default=16)
     ap.add_argument("--continuous", action="store_true", help="bench: batched run with continuous batching")
@@ -162,7 +169,7 @@ def main() -> int:
         return {"data": source, **{k: m.get(k) for k in ("samples", "steps", "first_loss", "final_loss",
                                                           "tokens_trained", "wall_time_s", "unsloth")}}
 
-    def grpo():
+    def grpo(save: bool = True, **extra):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from kit.envs import load_domain
@@ -170,29 +177,88 @@ def main() -> int:
         from kit.verify import verify
 
         dom = load_domain("mock")
-        policy_dir = state.get("sft", state["base"])
+        policy_dir = extra.pop("policy_dir", None) or state.get("sft", state["base"])
         dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
         policy = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=dtype, local_files_only=True)
         tok = AutoTokenizer.from_pretrained(policy_dir, local_files_only=True)
-        cfg = GRPOConfig(group_size=args.group, tasks_per_step=args.grpo_tasks, resample_budget=args.grpo_tasks,
-                         micro_batch_size=8, lr=2e-5, train_steps=args.grpo_steps, max_new_tokens=64,
-                         max_messages=args.max_messages, user_model="embedded", user_tag="raw",
-                         user_max_new_tokens=48, seed=0, print_metrics=False)
+        cfg = GRPOConfig(**{**dict(group_size=args.group, tasks_per_step=args.grpo_tasks,
+                                   resample_budget=args.grpo_tasks, micro_batch_size=8, lr=2e-5,
+                                   train_steps=args.grpo_steps, max_new_tokens=64, max_messages=args.max_messages,
+                                   user_model="embedded", user_tag="raw", user_max_new_tokens=48, seed=0,
+                                   print_metrics=False), **extra})
         trainer = GRPOTrainer(policy, tok, dom.tasks("default"), cfg, domain=dom,
                               reward_fn=lambda task, traj: verify(dom, task, traj).reward)
         hist = []
         for i in range(args.grpo_steps):
             m = trainer.step()
             hist.append({k: m.get(k) for k in ("reward/mean", "groups/filtered_frac", "groups/kept", "loss",
-                                                "clip_frac", "grad_norm", "skip_reason", "time/step_s",
-                                                "tokens/generated") if k in m})
+                                                "clip_frac", "approx_kl", "grad_norm", "skip_reason", "time/step_s",
+                                                "time/rollout_s", "time/update_s", "time/weight_sync_s",
+                                                "train/rows", "train/tokens", "train/unmatched_turns",
+                                                "train/sampler_logprob_rows", "tokens/generated") if k in m})
             print(f"grpo step {i}: {hist[-1]}", flush=True)
-        trainer.save(out / "grpo_model")
-        state["grpo"] = str(out / "grpo_model")
-        return {"policy_start": policy_dir, "device": str(next(policy.parameters()).device), "steps": hist}
+        if save:
+            trainer.save(out / "grpo_model")
+            state["grpo"] = str(out / "grpo_model")
+        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+        return {"policy_start": policy_dir, "device": str(next(trainer.policy.parameters()).device), "steps": hist,
+                "trainable_params": sum(p.numel() for p in trainer.policy.parameters() if p.requires_grad),
+                "peak_gib": peak}
+
+    def grpo_lora():
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        return grpo(save=False, lora=True, lora_r=16, lora_alpha=32, gradient_checkpointing=True, lr=1e-4)
+
+    def grpo_server():
+        import os
+        import shutil
+        import socket
+        import subprocess
+
+        import httpx
+
+        exe = args.vllm or (str(Path(".venv-vllm/bin/vllm")) if Path(".venv-vllm/bin/vllm").exists()
+                            else shutil.which("vllm"))
+        if not exe:
+            return {"skipped": "no vllm executable (make vllm-env, or --vllm PATH)"}
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        policy_dir = state.get("sft", state["base"])
+        log = (out / "vllm_serve.log").open("w")
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "HF_HUB_OFFLINE": "1"}
+        proc = subprocess.Popen([exe, "serve", policy_dir, "--host", "127.0.0.1", "--port", str(port),
+                                 "--enable-lora", "--max-lora-rank", "16", "--return-tokens-as-token-ids",
+                                 "--gpu-memory-utilization", str(args.vllm_memory), "--max-model-len", "8192"],
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 420:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"vllm serve exited {proc.returncode}: see {out / 'vllm_serve.log'}")
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(2)
+            else:
+                raise RuntimeError("vllm serve did not come up in 420 s")
+            up = round(time.perf_counter() - t0, 1)
+            res = grpo(save=False, policy_dir=policy_dir, lora=True, lora_r=16, lora_alpha=32, lr=1e-4,
+                       rollout="server", rollout_server=f"http://127.0.0.1:{port}/v1",
+                       rollout_server_model=policy_dir, server_token_ids=True, sync_dir=str(out / "grpo_sync"))
+            return {"server_start_s": up, **res}
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
     table = {"env": env, "gen": gen, "bench": bench, "eval": lambda: evaluate_model("embedded", "base"), "sft": sft,
-             "grpo": grpo, "eval_grpo": lambda: evaluate_model(f"hf:{state['grpo']}", "grpo")}
+             "grpo": grpo, "grpo_lora": grpo_lora, "grpo_server": grpo_server, "eval_grpo": lambda: evaluate_model(f"hf:{state['grpo']}", "grpo")}
     for name in parts:
         record(name, table[name])
     print("\nsummary:", json.dumps({k: v.get("ok") for k, v in results.items() if isinstance(v, dict)}))

@@ -25,8 +25,9 @@ def _serve_cli() -> str | None:
 
 
 @contextlib.contextmanager
-def serving(folder: str, log_path: Path):
-    """`transformers serve FOLDER` on a free loopback port, offline; yields its /v1 URL."""
+def serving(folder: str | None, log_path: Path):
+    """`transformers serve FOLDER` on a free loopback port, offline; yields its /v1 URL. With folder
+    None the server is not pinned to one model: it loads whatever folder a request names."""
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     cli = _serve_cli()
@@ -37,7 +38,7 @@ def serving(folder: str, log_path: Path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     with log_path.open("w") as log:  # a file, not a pipe: a full pipe would block the server
         proc = subprocess.Popen(
-            [cli, "serve", folder, "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+            [cli, "serve", *([folder] if folder else []), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )
         base = f"http://127.0.0.1:{port}"

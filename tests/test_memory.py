@@ -8,7 +8,7 @@ import pytest
 
 from kit.cli import main
 from kit.runner import load_recipe
-from kit.runner.memory import GIB, KNOWN_MODELS, Hardware, estimate_stage, model_shape, user_engine
+from kit.runner.memory import GIB, KNOWN_MODELS, Hardware, estimate_stage, lora_params, model_shape, user_engine
 from kit.runner.recipe import RecipeError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,16 @@ def test_qwen3_30b_a3b_shaped_config_by_hand(tmp_path):
     z3 = estimate_stage("grpo", {"dtype": "bfloat16", "micro_batch_size": 1, "max_seq_tokens": 1024}, shape,
                         Hardware(gpus=8, zero_stage=3, rollout="server"))
     assert z3.weights * GIB == 2 * shape.params / 8
+    # GRPO with LoRA (kit.train.lora): frozen bf16 base, fp32 adapters with their gradients and AdamW states;
+    # gradient checkpointing keeps one layer's activations instead of every layer's
+    full = dict(dtype="bfloat16", micro_batch_size=1, max_seq_tokens=16384)
+    lo = estimate_stage("grpo", {**full, "lora": True, "lora_r": 16, "gradient_checkpointing": True}, shape,
+                        Hardware(gpus=1, gpu_memory_gib=140, rollout="server"))
+    A = lora_params(shape, 16, "all-linear")
+    assert lo.trainable == A < shape.params / 30  # r 16 on every linear layer and expert: 0.85B
+    assert lo.weights * GIB == 2 * shape.params + 4 * A and lo.optimizer * GIB == 12 * A and lo.grads * GIB == 4 * A
+    no_ckpt = estimate_stage("grpo", {**full, "lora": True, "lora_r": 16}, shape, Hardware(gpus=1, rollout="server"))
+    assert lo.activations < no_ckpt.activations / 4
 
 
 def test_a_recipe_that_cannot_fit_is_rejected_naming_file_line_and_field(tmp_path, monkeypatch):

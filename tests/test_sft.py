@@ -225,6 +225,27 @@ def test_sft_lowers_the_loss_and_saves_a_loadable_model(mock_samples, tokenizer,
     assert c.completion_tokens > 0 and backend.render(conv, samples[1].tools) == samples[1].prompt
 
 
+def test_gradient_checkpointing_recomputes_activations_and_trains_the_same_lora(mock_samples, tmp_path):
+    """Checkpointing is on in the trained model (every decoder layer recomputes its activations in
+    the backward pass) and changes nothing but memory: the same LoRA run gives the same losses."""
+    agent, _ = mock_samples
+    samples = [next(s for s in agent if "<tool_call>" in s.completion),
+               next(s for s in agent if "<tool_call>" not in s.completion)]
+    curves, flags = {}, {}
+    for ckpt in (False, True):
+        cfg = SFTConfig(output_dir=str(tmp_path / str(ckpt)), lora=True, lora_r=4, lora_alpha=8, lr=2e-3,
+                        lr_scheduler="constant", train_steps=3, batch_size=2, max_seq_len=96, seed=0,
+                        gradient_checkpointing=ckpt)
+        trainer, _ = prepare_sft(samples, cfg)
+        trainer.train()
+        curves[ckpt] = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        layers = [m for m in trainer.model.modules() if type(m).__name__.endswith("DecoderLayer")]
+        flags[ckpt] = {bool(getattr(m, "gradient_checkpointing", False)) for m in layers}
+        assert all(p.requires_grad == ("lora_" in n) for n, p in trainer.model.named_parameters())
+    assert flags == {False: {False}, True: {True}}
+    assert len(curves[True]) == 3 and curves[True] == pytest.approx(curves[False], rel=1e-4)
+
+
 def test_bad_input_is_refused_clearly(tmp_path, mock_samples):
     with pytest.raises(ValueError, match="no SFT samples"):
         run_sft([], SFTConfig(output_dir=str(tmp_path / "x")))

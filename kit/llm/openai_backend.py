@@ -93,6 +93,7 @@ class OpenAIBackend(Backend):
         self.caps = Capabilities(logprobs=logprobs,
                                  token_ids=logprobs and bool(self.extra_body.get("return_tokens_as_token_ids")))
         self.server_ignores_n = False
+        self.server_rejects_top_k = False  # `transformers serve` refuses the field (HTTP 422)
         self._loops: dict[asyncio.AbstractEventLoop, tuple[Any, asyncio.Semaphore]] = {}  # openai.AsyncOpenAI
 
     # ----- public API ---------------------------------------------------------------------
@@ -118,7 +119,13 @@ class OpenAIBackend(Backend):
         params: SamplingParams | dict | None = None,
     ) -> list[list[Completion]]:
         params = as_params(params)
-        return list(await asyncio.gather(*(self.achat(c, tools, params) for c in conversations)))
+        if params.seed is None:
+            return list(await asyncio.gather(*(self.achat(c, tools, params) for c in conversations)))
+        # conversation i's choices get seeds seed + i*n + j: a seeded server would otherwise return the
+        # same sample for the same prompt (a GRPO group of identical episodes)
+        n = max(params.n, 1)
+        return list(await asyncio.gather(*(self.achat(c, tools, params, seed=params.seed + i * n)
+                                           for i, c in enumerate(conversations))))
 
     async def achat(
         self,
@@ -179,7 +186,8 @@ class OpenAIBackend(Backend):
         if params.stop:
             payload["stop"] = params.stop
         if params.top_k is not None:  # not an OpenAI field: vLLM and SGLang read it (-1 = no top-k)
-            payload["top_k"] = params.top_k or -1
+            if params.top_k or not self.server_rejects_top_k:
+                payload["top_k"] = params.top_k or -1
         if tools and self.tool_mode == "native":
             payload["tools"] = tools
         return {**payload, **self.extra_body}
@@ -231,7 +239,16 @@ class OpenAIBackend(Backend):
         return data
 
     async def _post(self, body: dict) -> dict:
-        return await self._request("POST", "/chat/completions", body)
+        try:
+            return await self._request("POST", "/chat/completions", body)
+        except EndpointError as exc:
+            # "no top-k" (-1) is what a server does without the field: drop it for servers that refuse
+            # it (and remember); a real top-k cut such a server cannot honour stays an error
+            if body.get("top_k") == -1 and "HTTP 422" in str(exc) and "top_k" in str(exc):
+                self.server_rejects_top_k = True
+                return await self._request("POST", "/chat/completions",
+                                           {k: v for k, v in body.items() if k != "top_k"})
+            raise
 
     async def _first_model(self) -> str:
         data = await self._request("GET", "/models")

@@ -206,7 +206,7 @@ def estimate_stage(stage: str, p: dict, shape: Shape, hw: Hardware, key: str = "
     n = hw.gpus
     wb = _DTYPE_BYTES.get(str(p.get("dtype", "auto")).replace("torch.", ""), 2)
     P = shape.params
-    lora = stage != "grpo" and p.get("lora", False)
+    lora = p.get("lora", False)
     if lora:
         A = lora_params(shape, p.get("lora_r", 16), p.get("lora_target_modules", "all-linear"))
         weights, grads, opt = P * wb + A * 4, A * 4, A * 12  # adapter: fp32 copy, fp32 grads, m, v
@@ -221,8 +221,8 @@ def estimate_stage(stage: str, p: dict, shape: Shape, hw: Hardware, key: str = "
     if hw.zero_stage >= 3:
         weights /= n
     if stage == "grpo":
-        rows, length, ckpt = p.get("micro_batch_size", 4), p.get("max_seq_tokens") or shape.context, False
-        field = "max_seq_tokens"
+        rows, length = p.get("micro_batch_size", 4), p.get("max_seq_tokens") or shape.context
+        ckpt, field = p.get("gradient_checkpointing"), "max_seq_tokens"
     else:
         rows, length, ckpt = p.get("batch_size", 4), p.get("max_seq_len", 4096), p.get("gradient_checkpointing")
         field = "lora" if not lora else "max_seq_len"
