@@ -88,6 +88,11 @@ def test_launch_is_planned_shown_by_validate_and_part_of_the_fingerprint(tmp_pat
     cfg.write_text("distributed_type: DEEPSPEED\n")  # the config file's content counts, not only its name
     assert fp(load_recipe(filed)) != fps[3]
 
+    # --set reaches launch too: one field, the whole mapping, or null (the notebook)
+    assert fp(load_recipe(tmp_path / "a.yaml", {"sft_agent.launch.num_processes": 3})) == fps[2]
+    assert fp(load_recipe(tmp_path / "a.yaml", {"sft_agent.launch": None})) == fps[0]
+    assert fp(load_recipe(tmp_path / "r.yaml", {"sft_agent.launch": {"num_processes": 2, "cpu": True}})) == fps[1]
+
     r = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(tmp_path / "a.yaml"), "--validate"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -309,7 +309,8 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def _apply_overrides(raw: dict, overrides: dict[str, Any], path: Path) -> None:
-    """--set KEY=VALUE: top-level keys (domain, base_model, seed, defaults.X) or '<stage id>.<param>'."""
+    """--set KEY=VALUE: top-level keys (domain, base_model, seed, defaults.X), '<stage id>.<param>', or
+    '<stage id>.launch[.<field>]' (null: no launch, the notebook)."""
     stages = raw.get("stages") if isinstance(raw.get("stages"), list) else []
     ids = {}
     for s in stages:
@@ -324,6 +325,14 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any], path: Path) -> None:
                 raw[head][rest] = value
             else:
                 raw[head] = value
+        elif head in ids and (rest == "launch" or rest.startswith("launch.")):  # <id>.launch[.<field>]
+            field_ = rest.partition(".")[2]
+            if not field_:
+                ids[head]["launch"] = value
+            else:
+                if not isinstance(ids[head].get("launch"), dict):
+                    ids[head]["launch"] = {}
+                ids[head]["launch"][field_] = value
         elif head in ids and rest:
             ids[head].setdefault("params", {})
             if not isinstance(ids[head]["params"], dict):
