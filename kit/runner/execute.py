@@ -318,7 +318,9 @@ class Runner:
                 dirs[ps.key], fps[ps.key] = sdir, fp
                 info = mf.read_json(sdir / "stage.json") or {}
                 entry.update(status="shared", shared_with=str(sdir), executed_notebook=info.get("executed_notebook"),
-                             **({"log": info["log"]} if info.get("log") else {}), outputs=info.get("outputs"), summary=info.get("summary"), warnings=info.get("warnings"))
+                             outputs=info.get("outputs"), summary=info.get("summary"), warnings=info.get("warnings"))
+                if info.get("log"):  # launched (accelerate): its log
+                    entry["log"] = info["log"]
                 m["stages"].append(entry)
                 res.shared.append(ps.key)
                 self.say(f"[kit run] {n}/{len(plan)} {ps.key}: identical to {sdir.relative_to(self.run_dir)}, shared")
