@@ -289,7 +289,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.validate:
         for ps in recipe.plan:
             refs = ", ".join(f"{k}<-{v}" for k, v in ps.refs.items())
-            print(f"{ps.key:<28} {ps.stage:<11} {refs}")
+            how = ""
+            if ps.launch:  # accelerate launch instead of the notebook (kit/runner/launch.py)
+                la = ps.launch
+                how = (f"  [accelerate launch: {la['num_processes']} process{'es' if la['num_processes'] > 1 else ''}"
+                       f"{', cpu' if la['cpu'] else ''}{', config ' + la['config_file'] if la['config_file'] else ''}"
+                       f"{', ' + ' '.join(la['extra_args']) if la['extra_args'] else ''}]")
+            print(f"{ps.key:<28} {ps.stage:<11} {refs}{how}")
         if recipe.memory:
             from kit.runner.memory import table
 

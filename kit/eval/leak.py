@@ -140,8 +140,8 @@ def run_training_data(run_dir: str | Path, before: Optional[str] = None, arm: Op
             if arm is not None and e.get("arm") not in (None, arm):
                 continue
             if e.get("stage") in TRAINING_STAGES and e.get("status") in ("complete", "shared"):
-                d = e.get("shared_with") or (str(Path(e["executed_notebook"]).parent) if e.get("executed_notebook")
-                                             else str(run_dir / e["key"]))
+                nb = e.get("executed_notebook") or e.get("log")  # a launched stage (accelerate) has a log
+                d = e.get("shared_with") or (str(Path(nb).parent) if nb else str(run_dir / e["key"]))
                 entries.append((Path(d), e.get("summary") or {}, e.get("stage")))
     else:
         for sj in sorted(run_dir.glob("*/stage.json")) + sorted(run_dir.glob("*/*/stage.json")):

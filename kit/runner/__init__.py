@@ -5,7 +5,7 @@
 Read in this order: stages.py (how stages are wired; each stage's Config and logic live in
 kit/stages/), recipe.py (a recipe's schema,
 validation, expansion of ablation arms), execute.py (papermill, skip/resume, failures),
-manifest.py (what a run records), stage.py (what a notebook calls), report.py (the HTML report),
+launch.py (a training stage under accelerate launch), manifest.py (what a run records), stage.py (what a notebook calls), report.py (the HTML report),
 paper.py (the paper's numbers).
 """
 

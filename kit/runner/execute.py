@@ -16,6 +16,10 @@ For each planned stage, in order:
      same command again and it resumes at that stage. A stage that had completed with other
      inputs (a parameter, its notebook, its kit code or an upstream stage changed) is first moved aside to
      <stage>.replaced-<old fingerprint>: a rerun never overwrites finished results in place.
+     A training stage with `launch:` in the recipe runs instead under `accelerate launch` (N processes
+     of kit/runner/launch.py calling the same kit.stages.<module>.run), its output in <stage>/<id>.log
+     (not streamed: the console gets the one-line messages, and the log's tail on a failure);
+     stage.json, outputs and resume are the same as for a notebook.
 
 The kernel is this interpreter: a `python3` kernelspec pointing at sys.executable is written
 under runs/<run-id>/.jupyter and put first on JUPYTER_PATH, so papermill never picks up
@@ -49,12 +53,15 @@ WANDB_PROJECT = "kit"
 
 
 class StageFailed(RuntimeError):
-    """A stage's notebook failed. `user_error`: its exception was a kit.errors.UserError (a missing
-    folder, an unreachable endpoint, ...): `kit run` exits 2, as for any other user error."""
+    """A stage's notebook (or launched processes) failed. `user_error`: its exception was a
+    kit.errors.UserError (a missing folder, an unreachable endpoint, ...): `kit run` exits 2, as for
+    any other user error. `notebook`: the executed notebook, or a launched stage's log."""
 
-    def __init__(self, key: str, notebook: Path, message: str, user_error: bool = False):
+    def __init__(self, key: str, notebook: Path, message: str, user_error: bool = False, tail: str = ""):
         self.key, self.notebook, self.user_error = key, notebook, user_error
-        super().__init__(f"stage '{key}' failed: {message}\n  executed notebook with the traceback: {notebook}\n"
+        what = "log" if Path(notebook).suffix == ".log" else "executed notebook"
+        tail = "".join(f"\n  | {line}" for line in tail.splitlines()) if tail else ""
+        super().__init__(f"stage '{key}' failed: {message}{tail}\n  {what} with the traceback: {notebook}\n"
                          f"  fix the cause and run the same command again: it resumes at this stage")
 
 
@@ -170,12 +177,19 @@ class Runner:
     def _fingerprint(self, ps: PlannedStage, params: dict, fps: dict[str, str]) -> str:
         nb = notebook_path(ps.stage, self.notebooks_dir)
         text = nb.read_text(encoding="utf-8") if nb.exists() else None
+        code = notebook_imports(text) if text is not None else None
+        if ps.launch and code is not None:  # run by kit/runner/launch.py: its code too
+            code = set(code) | {"kit.runner.launch"}
         body = {"stage": ps.stage, "notebook": _sha(text) if text is not None else None,
                 # the kit code the notebook reaches (kit/runner/codehash.py): changed code reruns the stage
-                "code": code_fingerprint(notebook_imports(text), self.code_root) if text is not None else None,
+                "code": code_fingerprint(code, self.code_root) if code is not None else None,
                 "params": {k: (("@", fps[ps.refs[k]]) if k in ps.refs else v) for k, v in params.items()}}
         if ps.stage == "report":
             body["upstream"] = sorted(fps.values())
+        if ps.launch:  # how it is launched (processes, accelerate config file's content) reruns it too
+            cf = ps.launch.get("config_file")
+            body["launch"] = {**ps.launch, "config_file": _sha(Path(cf).read_text(encoding="utf-8"))
+                              if cf and Path(cf).is_file() else cf}
         return _sha(json.dumps(body, sort_keys=True, default=str))[:16]
 
     def _base_manifest(self) -> dict:
@@ -217,6 +231,58 @@ class Runner:
             except Exception as e:  # a manifest detail must never stop a run
                 m["models"][v] = {"error": f"{type(e).__name__}: {e}"}
 
+    def _launch(self, ps: PlannedStage, where: str, injected: dict, sdir: Path, log: Path, fp: str, entry: dict,
+                m: dict, res: RunResult, t0: float) -> None:
+        """Run a stage under `accelerate launch` (kit/runner/launch.py), its output into `log`;
+        StageFailed (with the log's tail) when any process fails."""
+        import subprocess
+
+        from kit.runner.launch import FAILED, command
+
+        spec_file = sdir / f"{ps.id}.launch.json"
+        cmd, env = command(ps.launch, spec_file)
+        mf.write_json(spec_file, {"params": injected, "launch": ps.launch, "command": cmd,
+                                  "env": {k: v for k, v in env.items() if k != "PYTHONPATH"}})
+        n = ps.launch["num_processes"]
+        self.say(f"[kit run] {where} {ps.key}: launching {n} process{'es' if n > 1 else ''} "
+                 f"({'CPU' if ps.launch.get('cpu') else 'accelerate'}"
+                 f"{', ' + Path(ps.launch['config_file']).name if ps.launch.get('config_file') else ''}) -> {log}")
+        t1 = time.perf_counter()
+        with open(log, "w", encoding="utf-8") as out:
+            out.write("$ " + " ".join(cmd) + "\n")
+            out.flush()
+            proc = subprocess.Popen(cmd, cwd=str(sdir), env={**os.environ, **env}, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                rc = proc.wait()
+            except BaseException:  # KeyboardInterrupt: stop every process of the launch
+                import signal
+
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout=30)
+                except Exception:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                raise
+        if rc == 0:
+            return
+        text = log.read_text(encoding="utf-8", errors="replace")
+        failed = [line[len(FAILED):].strip() for line in text.splitlines() if line.startswith(FAILED)]
+        msg = failed[0] if failed else f"accelerate launch exited with status {rc}"
+        ename = msg.split(":", 2)[1].strip() if failed and msg.count(":") >= 2 else None
+        tail = "\n".join(text.rstrip().splitlines()[-25:])
+        wall = round(time.perf_counter() - t1, 1)
+        entry.update(status="failed", finished=mf.now(), wall_s=wall, error=msg[:2000])
+        mf.write_json(sdir / "stage.json", {"status": "failed", "stage": ps.stage, "id": ps.id, "fingerprint": fp,
+                                             "error": msg[:2000], "log": str(log), "launch": ps.launch,
+                                             "finished": mf.now()})
+        m["status"], m["failed_stage"] = "failed", ps.key
+        self._write_manifest(m)
+        res.failed, res.manifest, res.wall_s = ps.key, m, time.perf_counter() - t0
+        from kit.errors import user_error_names
+
+        raise StageFailed(ps.key, log, msg, user_error=ename in user_error_names(), tail=tail)
+
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> RunResult:
         import papermill as pm
@@ -253,6 +319,8 @@ class Runner:
                 info = mf.read_json(sdir / "stage.json") or {}
                 entry.update(status="shared", shared_with=str(sdir), executed_notebook=info.get("executed_notebook"),
                              outputs=info.get("outputs"), summary=info.get("summary"), warnings=info.get("warnings"))
+                if info.get("log"):  # launched (accelerate): its log
+                    entry["log"] = info["log"]
                 m["stages"].append(entry)
                 res.shared.append(ps.key)
                 self.say(f"[kit run] {n}/{len(plan)} {ps.key}: identical to {sdir.relative_to(self.run_dir)}, shared")
@@ -266,6 +334,9 @@ class Runner:
                         "run_dir": str(self.run_dir), "wandb_group": self.run_id, "fingerprint": fp}
             out_nb = sdir / f"{ps.id}.ipynb"
             entry["executed_notebook"] = str(out_nb)
+            if ps.launch:  # no notebook: its processes' log
+                out_nb = sdir / f"{ps.id}.log"
+                entry.update(executed_notebook=None, log=str(out_nb), launch=ps.launch)
             self._record_models(m, params, ps)
             if ps.key not in self.force and stage_complete(sdir, fp):
                 info = mf.read_json(sdir / "stage.json") or {}
@@ -288,14 +359,19 @@ class Runner:
             entry.update(status="running", started=mf.now())
             m["stages"].append(entry)
             self._write_manifest(m)
-            self.say(f"[kit run] {n}/{len(plan)} {ps.key}: executing {entry['notebook']} -> {out_nb}")
             t1 = time.perf_counter()
             try:
-                pm.execute_notebook(
-                    load_notebook(notebook_path(ps.stage, self.notebooks_dir)), str(out_nb), parameters=injected,
-                    kernel_name="python3", language="python", progress_bar=self.progress, log_output=False,
-                    stdout_file=self.stream, stderr_file=self.stream, cwd=str(sdir), start_timeout=120,
-                )
+                if ps.launch:  # accelerate launch (kit/runner/launch.py); StageFailed when a process fails
+                    self._launch(ps, f"{n}/{len(plan)}", injected, sdir, out_nb, fp, entry, m, res, t0)
+                else:
+                    self.say(f"[kit run] {n}/{len(plan)} {ps.key}: executing {entry['notebook']} -> {out_nb}")
+                    pm.execute_notebook(
+                        load_notebook(notebook_path(ps.stage, self.notebooks_dir)), str(out_nb), parameters=injected,
+                        kernel_name="python3", language="python", progress_bar=self.progress, log_output=False,
+                        stdout_file=self.stream, stderr_file=self.stream, cwd=str(sdir), start_timeout=120,
+                    )
+            except StageFailed:
+                raise
             except BaseException as e:  # PapermillExecutionError, KeyboardInterrupt, a dead kernel
                 wall = round(time.perf_counter() - t1, 1)
                 msg = (f"{getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)}"
@@ -305,7 +381,8 @@ class Runner:
                 entry.update(status="failed", finished=mf.now(), wall_s=wall, error=msg[:2000])
                 mf.write_json(sdir / "stage.json", {"status": "failed", "stage": ps.stage, "id": ps.id,
                                                      "fingerprint": fp, "error": msg[:2000],
-                                                     "executed_notebook": str(out_nb), "finished": mf.now()})
+                                                     ("log" if ps.launch else "executed_notebook"): str(out_nb),
+                                                     "finished": mf.now()})
                 m["status"] = "failed"
                 m["failed_stage"] = ps.key
                 self._write_manifest(m)
@@ -319,14 +396,24 @@ class Runner:
             info = mf.read_json(sdir / "stage.json") or {}
             wall = round(time.perf_counter() - t1, 1)
             if info.get("status") != "complete" or info.get("fingerprint") != fp:
-                msg = "the notebook ran to its end but did not write stage.json (its last cell calls st.finish())"
+                msg = ("the launched processes exited without error but did not write stage.json" if ps.launch else
+                       "the notebook ran to its end but did not write stage.json (its last cell calls st.finish())")
                 entry.update(status="failed", error=msg, wall_s=wall)
                 m["status"], m["failed_stage"] = "failed", ps.key
                 self._write_manifest(m)
                 res.failed = ps.key
                 raise StageFailed(ps.key, out_nb, msg)
             info["wall_s"] = wall
-            info["executed_notebook"] = str(out_nb)
+            if ps.launch:
+                info.update(log=str(out_nb), launch=ps.launch)
+                got = info.get("world_size", 1)
+                if got != ps.launch["num_processes"]:
+                    info.setdefault("warnings", []).append(
+                        f"launch asked for {ps.launch['num_processes']} processes but accelerate launch started "
+                        f"{got} (see {out_nb.name}; accelerate's --cpu or a config file's distributed_type: NO "
+                        "starts one)")
+            else:
+                info["executed_notebook"] = str(out_nb)
             mf.write_json(sdir / "stage.json", info)
             entry.update(status="complete", finished=mf.now(), wall_s=wall, peak_rss_gib=info.get("peak_rss_gib"),
                          outputs=info.get("outputs"),

@@ -5,7 +5,8 @@
      "wandb": {mode, project, group}, "seeds": {stage key: seed},
      "models": {spec or folder: {kind, path, files: {name: sha256}}},
      "stages": [{key, stage, id, arm, status, params, fingerprint, notebook, executed_notebook,
-                 started, finished, wall_s, peak_rss_gib, outputs, summary, warnings, shared_with, error}]}
+                 started, finished, wall_s, peak_rss_gib, outputs, summary, warnings, shared_with, error,
+                 log, launch (a stage run under accelerate launch: its log instead of an executed notebook)}]}
 
 Written at the start of a run (after validation) and rewritten after every stage, atomically.
 Model folders are hashed file by file (sha256, cached by size and mtime).

@@ -70,6 +70,32 @@ class RecipeError(BadInput):
 
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
+# stages `launch:` may run under `accelerate launch` (kit/runner/launch.py): the training stages
+LAUNCH_STAGES = ("sft_user", "sft_agent", "grpo")
+# what kit/runner/execute.py passes to `accelerate launch` itself: not in `extra_args`
+_LAUNCH_OWN_FLAGS = ("--num_processes", "--config_file", "--cpu", "-m", "--module", "--multi_gpu")
+
+
+class LaunchSpec(BaseModel):
+    """A stage run by `accelerate launch` (kit/runner/launch.py) instead of its notebook."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_processes: int = Field(ge=1, description="Processes in all (accelerate's --num_processes).")
+    config_file: Optional[str] = Field(default=None, description="accelerate config YAML (accelerate's "
+                                       "--config_file); a path relative to the working directory of `kit run`.")
+    cpu: bool = Field(default=False, description="Run every process on the CPU (gloo), CUDA hidden.")
+    extra_args: list[str] = Field(default_factory=list, description="More `accelerate launch` flags, as given.")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_ours(cls, v: list[str]) -> list[str]:
+        for a in v:
+            if a.split("=", 1)[0] in _LAUNCH_OWN_FLAGS:
+                raise ValueError(f"'{a}' is set from num_processes / config_file / cpu (or by kit itself), "
+                                 "not through extra_args")
+        return v
+
 
 class StageSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -77,6 +103,8 @@ class StageSpec(BaseModel):
     stage: str = Field(description="One of: " + ", ".join(STAGES))
     id: Optional[str] = Field(default=None, description="Unique name (default: the stage name).")
     params: dict[str, Any] = Field(default_factory=dict)
+    launch: Optional[LaunchSpec] = Field(default=None, description="Run this training stage under `accelerate "
+                                         "launch` with these settings instead of executing its notebook.")
 
     @field_validator("stage")
     @classmethod
@@ -155,6 +183,7 @@ class PlannedStage:
     index: int                      # position in the recipe's `stages`
     key: str = ""                   # unique within the run: "<arm>/<id>" or "<id>"
     refs: dict[str, str] = field(default_factory=dict)  # param -> key of the referenced stage
+    launch: Optional[dict] = None   # LaunchSpec as a dict, config_file absolute: run under accelerate launch
 
     def __post_init__(self) -> None:
         self.key = f"{self.arm}/{self.id}" if self.arm else self.id
@@ -284,7 +313,8 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def _apply_overrides(raw: dict, overrides: dict[str, Any], path: Path) -> None:
-    """--set KEY=VALUE: top-level keys (domain, base_model, seed, defaults.X) or '<stage id>.<param>'."""
+    """--set KEY=VALUE: top-level keys (domain, base_model, seed, defaults.X), '<stage id>.<param>', or
+    '<stage id>.launch[.<field>]' (null: no launch, the notebook)."""
     stages = raw.get("stages") if isinstance(raw.get("stages"), list) else []
     ids = {}
     for s in stages:
@@ -299,6 +329,14 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any], path: Path) -> None:
                 raw[head][rest] = value
             else:
                 raw[head] = value
+        elif head in ids and (rest == "launch" or rest.startswith("launch.")):  # <id>.launch[.<field>]
+            field_ = rest.partition(".")[2]
+            if not field_:
+                ids[head]["launch"] = value
+            else:
+                if not isinstance(ids[head].get("launch"), dict):
+                    ids[head]["launch"] = {}
+                ids[head]["launch"][field_] = value
         elif head in ids and rest:
             ids[head].setdefault("params", {})
             if not isinstance(ids[head]["params"], dict):
@@ -362,6 +400,7 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
         if ids.index(sid) != i:
             errors.add(("stages", i, "id"), f"stage id '{sid}' is used twice; give each a distinct `id`",
                        ("stages", i))
+    launches = _check_launch(spec, errors, check_paths, check_gpu)
     report_ix = [i for i, s in enumerate(spec.stages) if s.stage == "report"]
     if report_ix and report_ix != [len(spec.stages) - 1]:
         errors.add(("stages", report_ix[0], "stage"), "a recipe has at most one report stage, and it comes last")
@@ -398,7 +437,8 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
             if validated is None:  # its other values are still checked below (domain, folders)
                 invalid.append(PlannedStage(stage=s.stage, id=sid, arm=None, params=params, index=i))
                 continue
-            ps = PlannedStage(stage=s.stage, id=sid, arm=arm.name if arm else None, params=validated, index=i)
+            ps = PlannedStage(stage=s.stage, id=sid, arm=arm.name if arm else None, params=validated, index=i,
+                              launch=copy.deepcopy(launches.get(i)))
             _wire(ps, chain, spec, origin, errors)
             chain.append(ps)
         plan += chain
@@ -415,6 +455,40 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
     memory = _check_memory(plan, spec, errors)
     errors.raise_all()
     return Recipe(path=path, text=text, spec=spec, raw=raw_orig, plan=plan, overrides=overrides, memory=memory)
+
+
+def _check_launch(spec: RecipeSpec, errors: _Errors, check_paths: bool = True,
+                  check_gpu: bool = True) -> dict[int, dict]:
+    """Each stage's `launch:` (only training stages take one), its config_file made absolute and
+    checked to exist; `check_gpu`: a GPU launch (no `cpu: true`, no config file) needs CUDA here.
+    {stage index: launch dict}."""
+    import importlib.util
+
+    out = {}
+    for i, s in enumerate(spec.stages):
+        if s.launch is None:
+            continue
+        if s.stage not in LAUNCH_STAGES:
+            errors.add(("stages", i, "launch"), f"stage '{s.stage}' runs only as a notebook; `launch` (accelerate "
+                       f"launch) is for the training stages: {', '.join(LAUNCH_STAGES)}")
+            continue
+        launch = s.launch.model_dump()
+        if importlib.util.find_spec("accelerate") is None:
+            errors.add(("stages", i, "launch"), "`launch` needs the accelerate package (pip install accelerate)")
+        if launch["config_file"] is not None:
+            f = Path(launch["config_file"]).expanduser()
+            if check_paths and not f.is_file():
+                errors.add(("stages", i, "launch", "config_file"), f"accelerate config file '{f}' does not exist")
+            launch["config_file"] = str(f.resolve())
+        elif check_gpu and not launch["cpu"]:
+            import torch
+
+            if not torch.cuda.is_available():
+                errors.add(("stages", i, "launch", "cpu"), f"launch: {launch['num_processes']} GPU process(es) "
+                           "but this machine has no CUDA GPU; set `cpu: true` to run the processes on the CPU",
+                           ("stages", i, "launch"))
+        out[i] = launch
+    return out
 
 
 def _check_memory(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors) -> list:

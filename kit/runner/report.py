@@ -84,7 +84,7 @@ def bootstrap_pass1(episodes: pd.DataFrame, n: int = 2000, ci: float = 0.95, see
 
 
 def _stage_dir(entry: dict) -> Optional[Path]:
-    nb = entry.get("executed_notebook")
+    nb = entry.get("executed_notebook") or entry.get("log")  # a launched stage (accelerate) has a log
     if entry.get("shared_with"):
         return Path(entry["shared_with"])
     return Path(nb).parent if nb else None
@@ -606,7 +606,8 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
     st = Section("Stages")
     st.table(pd.DataFrame([{"stage": s["key"], "status": s.get("status"), "wall s": s.get("wall_s"),
                             "peak RSS GiB": s.get("peak_rss_gib"), "fingerprint": s.get("fingerprint"),
-                            "executed notebook": _short(s.get("executed_notebook") or s.get("shared_with"), run_dir)}
+                            "executed notebook": _short(s.get("executed_notebook") or s.get("log") or s.get("shared_with"),
+                                                         run_dir)}
                            for s in m.get("stages", [])]))
     sections.append(st)
 

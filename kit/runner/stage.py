@@ -8,6 +8,10 @@
 
 A notebook opened by hand in JupyterLab runs with its parameters cell's defaults: `begin` then
 makes up a run id ("notebook") and writes under runs/notebook/<stage>.
+
+Under `accelerate launch` (a recipe stage's `launch:`, kit/runner/launch.py) every process runs the
+same begin / run / finish; only the main process (env RANK 0) starts W&B and writes stage.json
+(`st.is_main`), and a stage's run() writes its own files from the main process only.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Stage:
         self.run_dir = Path(runner.get("run_dir") or self.out_dir.parent).resolve()
         self.wandb_group = runner.get("wandb_group") or self.run_id
         self.fingerprint = runner.get("fingerprint")
+        self.rank, self.world_size = process_rank()
         self.config: Any = None  # the stage's validated Config (kit/stages), set by begin()
         self.warnings: list[str] = []
         self.started = now()
@@ -55,14 +60,24 @@ class Stage:
     def key(self) -> str:
         return f"{self.arm}/{self.stage_id}" if self.arm else self.stage_id
 
+    @property
+    def is_main(self) -> bool:
+        """The process that writes stage.json and the stage's files (always, outside accelerate launch)."""
+        return self.rank == 0
+
     # -- loud, recorded warnings ------------------------------------------------------------
     def warn(self, message: str) -> None:
         """Print a banner the reader cannot miss; the text goes to stage.json, the manifest and the report."""
         self.warnings.append(message)
+        if not self.is_main:  # the same warning from every process: once, in the launch log
+            return
         print(f"\n{BANNER}\nWARNING ({self.key}): {message}\n{BANNER}\n", flush=True)
         try:
+            from IPython import get_ipython
             from IPython.display import HTML, display
 
+            if get_ipython() is None:  # a plain process (accelerate launch, a script): the banner is it
+                return
             display(HTML(f'<div style="border:3px solid #c00;background:#fee;padding:8px;font-weight:bold">'
                          f'WARNING ({self.key}): {message}</div>'))
         except Exception:  # outside IPython
@@ -70,8 +85,9 @@ class Stage:
 
     # -- W&B ---------------------------------------------------------------------------------
     def wandb(self, config: Optional[dict] = None):
-        """This stage's W&B run in the run's group (offline unless WANDB_MODE says otherwise), or None."""
-        if self._wandb is not None or self._wandb_failed:
+        """This stage's W&B run in the run's group (offline unless WANDB_MODE says otherwise), or None
+        (always None on a process other than the main one of an accelerate launch)."""
+        if self._wandb is not None or self._wandb_failed or not self.is_main:
             return self._wandb
         self._wandb, why = metrics.start_wandb("kit", self.wandb_group, self.stage, f"{self.run_id}/{self.key}",
                                                str(self.out_dir), {**self.params, **(config or {})})
@@ -90,7 +106,11 @@ class Stage:
     def finish(self, outputs: Any = None, summary: Optional[dict] = None) -> None:
         """Write stage.json (status complete, outputs, summary, warnings); close the W&B run.
         `outputs`: the stage's Outputs model (kit/stages: its files and its numbers), or a dict
-        of output paths with `summary` beside it."""
+        of output paths with `summary` beside it. Under accelerate launch only the main process
+        writes; the others return."""
+        if not self.is_main:
+            print(f"stage {self.key}: process {self.rank} of {self.world_size} done")
+            return
         if isinstance(outputs, StageOutputs):
             outputs, summary = outputs.files, outputs.summary()
         sandbox = sys.modules.get("kit.checkers.sandbox")  # a checker sandbox that ran weak says so here
@@ -106,6 +126,8 @@ class Stage:
                 "outputs": outputs, "summary": summary or {}, "warnings": self.warnings,
                 "started": self.started, "finished": now(), "wall_s": round(time.perf_counter() - self._t0, 1),
                 "peak_rss_gib": peak_rss_gib()}
+        if self.world_size > 1:
+            info["world_size"] = self.world_size  # processes of the accelerate launch (peak RSS: the main one's)
         if self._wandb is not None:
             info["wandb"] = {"id": getattr(self._wandb, "id", None), "dir": str(getattr(self._wandb, "dir", ""))}
             try:
@@ -116,6 +138,15 @@ class Stage:
                 pass
         write_json(self.out_dir / "stage.json", info)
         print(f"stage {self.key}: complete -> {self.out_dir}")
+
+
+def process_rank() -> tuple[int, int]:
+    """(rank, world size) of this process under accelerate launch / torchrun (env RANK and
+    WORLD_SIZE), (0, 1) in a notebook or any plain process."""
+    try:
+        return int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1)
+    except ValueError:
+        return 0, 1
 
 
 def peak_rss_gib() -> float | None:
@@ -163,8 +194,11 @@ def begin(stage: str, namespace: dict) -> Stage:
             torch.set_num_threads(int(params["threads"]))
     os.environ.setdefault("WANDB_MODE", "offline")
     warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
-    print(f"stage {st.key} ({stage}) of run {st.run_id} -> {st.out_dir}")
-    print(json.dumps(params, indent=1, default=str))
+    if st.is_main:
+        print(f"stage {st.key} ({stage}) of run {st.run_id} -> {st.out_dir}")
+        print(json.dumps(params, indent=1, default=str))
+    else:
+        print(f"stage {st.key} ({stage}): process {st.rank} of {st.world_size}")
     return st
 
 

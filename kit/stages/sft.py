@@ -106,8 +106,9 @@ def run(config: Config, st, role: Optional[str] = None) -> Outputs:
     if role not in ("user", "agent"):
         raise ValueError(f"SFT role must be 'user' or 'agent', not {role!r}")
     samples, data_source = training_samples(config, role, st)
-    write_samples(samples, st.out_dir / f"sft_{role}.train.jsonl")
-    if samples:
+    if getattr(st, "is_main", True):  # under accelerate launch every process reads the same samples
+        write_samples(samples, st.out_dir / f"sft_{role}.train.jsonl")
+    if samples and getattr(st, "is_main", True):
         print("...", samples[0].prompt[-600:], "\n---- completion (what the loss covers) ----\n",
               samples[0].completion)
     cfg = SFTConfig(**mechanism_kwargs(

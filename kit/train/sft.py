@@ -3,7 +3,8 @@
     agent, user = gold_sft_samples(domain, tasks, tokenizer)        # or build_sft_samples(trajs, ...)
     metrics = run_sft(agent, SFTConfig(output_dir="runs/<id>/sft_agent", lora=True))
     HFBackend(metrics["output_dir"])          # a plain HF folder: hf backend, `transformers serve`, vLLM
-    # multi-GPU: the same script under `accelerate launch --num_processes 8 script.py`
+    # multi-GPU: the same script under `accelerate launch --num_processes 8 script.py` (or a recipe
+    # stage's `launch:`): every process trains its share of each batch, the main one saves
 
 Built on TRL's SFTTrainer with a prompt-completion dataset and `completion_only_loss=True`: the loss
 covers the completion tokens only (the turn and its end-of-turn token), never the prompt.
@@ -163,13 +164,14 @@ def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, mi
     if mask is None:
         mask = torch.ones_like(ids)
     wanted = (labels[:, 1:] != -100).any(dim=0).nonzero().flatten()  # position t predicts token t + 1
+    base = getattr(model, "module", model)  # under accelerate launch: the model inside DistributedDataParallel
     # gradient checkpointing turns the cache off, so the prefix cannot be shared then
-    share = len(wanted) and ids.shape[0] > 1 and not getattr(model, "is_gradient_checkpointing", False)
+    share = len(wanted) and ids.shape[0] > 1 and not getattr(base, "is_gradient_checkpointing", False)
     p = _shared_prefix(ids, mask, int(wanted.min())) if share else 0
     if p >= min_prefix:
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+        cache = DynamicCache(config=base.config.get_text_config(decoder=True))
         model(input_ids=ids[:1, :p], cache=cache, use_cache=True, logits_to_keep=1)
         cache.batch_repeat_interleave(ids.shape[0])
         out = model(input_ids=ids[:, p:], attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=wanted - p)
@@ -348,23 +350,34 @@ def run_sft(samples_or_path: Any, config: SFTConfig | None = None) -> dict:
     if counts["truncated_prompts"]:
         print(f"sft: {counts['truncated_prompts']} prompts truncated from the left to fit max_seq_len={config.max_seq_len}")
     trainer.train()
+    # the loss is logged averaged over processes, the same on each; token counts are per process
+    tokens = [trainer.tokens_trained, trainer.tokens_seen]
+    acc = trainer.accelerator
+    if acc.num_processes > 1:  # under accelerate launch: sum over processes
+        import torch
+
+        tokens = [int(x) for x in acc.reduce(torch.tensor(tokens, device=acc.device), reduction="sum").tolist()]
     curve = [(int(h["step"]), float(h["loss"])) for h in trainer.state.log_history
              if "loss" in h and math.isfinite(h["loss"])]
-    out = save_merged(trainer, config.output_dir, counts["unsloth"])
+    out = Path(config.output_dir)
     metrics = {
         "loss_curve": curve,
         "first_loss": curve[0][1] if curve else None,
         "final_loss": curve[-1][1] if curve else None,
         "steps": int(trainer.state.global_step),
         "wall_time_s": round(time.perf_counter() - start, 2),
-        "tokens_trained": trainer.tokens_trained,
-        "tokens_seen": trainer.tokens_seen,
+        "tokens_trained": tokens[0],
+        "tokens_seen": tokens[1],
         **counts,
+        "processes": acc.num_processes,
         "output_dir": str(out),
         "config": config.model_dump(mode="json"),
     }
-    write_loss_curve(out, curve)
-    (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
+    if trainer.is_world_process_zero():  # one writer (DDP: every process holds the same weights)
+        save_merged(trainer, out, counts["unsloth"])
+        write_loss_curve(out, curve)
+        (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
+    acc.wait_for_everyone()
     return metrics
 
 

@@ -1,0 +1,110 @@
+"""A stage under `accelerate launch`: what `kit run` starts for a recipe stage with `launch:`.
+
+    - stage: sft_agent
+      launch: {num_processes: 2, cpu: true}          # or {num_processes: 8, config_file: accelerate.yaml}
+
+`kit run` then writes <stage folder>/<id>.launch.json (the parameters and the command) and runs
+
+    python -m accelerate.commands.launch --num_processes N [...] -m kit.runner.launch <id>.launch.json
+
+in the stage folder, its output into <id>.log. Every process reads the same parameters (exactly what
+papermill would inject into the stage notebook's parameters cell: the resolved params and the
+runner's fields), builds the same stage Config through kit.runner.stage.begin and calls the same
+`kit.stages.<module>.run(config, st)`; `st.finish` writes stage.json from the main process only.
+The notebook stays the single-process driver of the same code; a launched stage has no executed
+notebook, its log instead.
+
+What a stage's run(config, st) must keep to run under launch:
+  - every process calls it with the same config and takes part in the collective work (training);
+  - files under st.out_dir are written by the main process only (`st.is_main`, env RANK 0),
+    including what its trainer saves, and nothing is read back that another process writes
+    without a barrier (accelerate's wait_for_everyone) in between;
+  - the Outputs it returns on the main process is what stage.json records (the other processes'
+    are dropped); its numbers are over all processes (reduce them) where they differ per process;
+  - `st.warn` and `st.log` may be called on every process: only the main one prints / logs to W&B.
+
+How the flags are chosen (`command`): without a config file, N > 1 processes get `--multi_gpu`
+(torchrun) and a free port; `cpu: true` hides CUDA and sets ACCELERATE_USE_CPU, so the same torchrun
+start gives N CPU processes on gloo (accelerate's own `--cpu` starts one process only; it is passed
+for N = 1). With a config file, it decides the distributed type (DeepSpeed, FSDP, multi-GPU, ...);
+no config file: accelerate's default config (`accelerate config`), if any, fills in the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Optional
+
+# the line a failing process prints last (kit/runner/execute.py reads the error from it)
+FAILED = "[kit.runner.launch] FAILED"
+KIT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def command(launch: dict, spec_file: str | Path) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment variables to set) of `accelerate launch` for a recipe's `launch:` dict."""
+    n = int(launch["num_processes"])
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n)]
+    env: dict[str, str] = {}
+    if launch.get("config_file"):
+        cmd += ["--config_file", str(launch["config_file"])]
+    elif n > 1:
+        cmd += ["--multi_gpu", "--num_machines", "1", "--main_process_port", "0"]  # 0: a free port
+    if launch.get("cpu"):
+        env.update(ACCELERATE_USE_CPU="true", CUDA_VISIBLE_DEVICES="")
+        if n == 1:
+            cmd.append("--cpu")
+    cmd += [str(a) for a in launch.get("extra_args") or []]
+    cmd += ["-m", "kit.runner.launch", str(spec_file)]
+    # the processes import this kit, wherever the runner was started from
+    path = [str(KIT_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(KIT_ROOT)]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return cmd, env
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """One process of a launched stage: begin -> kit.stages.<module>.run -> finish."""
+    from kit.runner.stage import process_rank
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: accelerate launch ... -m kit.runner.launch <stage folder>/<id>.launch.json", file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    params = dict(spec["params"])
+    stage = params["stage"]
+    rank, world = process_rank()
+    print(f"[kit.runner.launch] process {rank} of {world} (local rank {os.environ.get('LOCAL_RANK', 0)}, host "
+          f"{socket.gethostname()}, pid {os.getpid()}): stage {stage} -> {params.get('out_dir')}", flush=True)
+    try:
+        from kit.runner.stage import begin
+        from kit.stages import module
+
+        st = begin(stage, params)
+        out = module(stage).run(st.config, st)
+        st.finish(out)
+    except BaseException as e:  # the others are stopped by the launcher (torchrun) when this one exits
+        traceback.print_exc()
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"{FAILED} process {rank} of {world}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+        return 1
+    _close_process_group()
+    return 0
+
+
+def _close_process_group() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # pragma: no cover -- closing is a courtesy
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""`kit run` with a stage's `launch:` (kit/runner/launch.py): the recipe field's validation, the
+`accelerate launch` command it becomes, its part in the fingerprint, a failing process, and (slow) a
+real 2-process CPU sft_agent run whose run folder matches a notebook run of the same stage.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit.runner import RecipeError, load_recipe
+
+HEAD = "name: tl\ndomain: mock\ncheck_budgets: false\nstages:\n"
+SFT = "  - stage: sft_agent\n    params: {data: gold, train_steps: 2, batch_size: 2, max_seq_len: 1024, gold_limit: 2}\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "r.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+BAD_LAUNCH = {
+    "not a training stage": (HEAD + "  - stage: evaluate\n    launch: {num_processes: 2, cpu: true}\n",
+                             ":6: stages[0].launch: stage 'evaluate' runs only as a notebook; `launch` "
+                             "(accelerate launch) is for the training stages: sft_user, sft_agent, grpo"),
+    "wrong type": (HEAD + SFT + "    launch:\n      num_processes: two\n      cpu: true\n",
+                   ":8: stages[0].launch.num_processes: Input should be a valid integer"),
+    "zero processes": (HEAD + SFT + "    launch: {num_processes: 0, cpu: true}\n",
+                       ":7: stages[0].launch.num_processes: Input should be greater than or equal to 1"),
+    "missing num_processes": (HEAD + SFT + "    launch: {cpu: true}\n",
+                              ":7: stages[0].launch.num_processes: required field missing"),
+    "unknown field": (HEAD + SFT + "    launch: {num_processes: 2, cpu: true, gpus: 2}\n",
+                      ":7: stages[0].launch.gpus: unknown field"),
+    "missing config file": (HEAD + SFT + "    launch: {num_processes: 2, config_file: /no/such/accelerate.yaml}\n",
+                            ":7: stages[0].launch.config_file: accelerate config file '/no/such/accelerate.yaml' "
+                            "does not exist"),
+    "a flag kit sets itself": (HEAD + SFT + "    launch: {num_processes: 2, cpu: true, extra_args: [--num_processes=4]}\n",
+                               ":7: stages[0].launch.extra_args: '--num_processes=4' is set from num_processes"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_LAUNCH))
+def test_a_bad_launch_field_is_one_error_naming_file_line_and_field(tmp_path, case):
+    text, expected = BAD_LAUNCH[case]
+    p = write(tmp_path, text)
+    with pytest.raises(RecipeError) as e:
+        load_recipe(p)
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    assert msg.startswith(str(p)) and expected in msg, msg
+
+
+def test_a_gpu_launch_needs_cuda_unless_validating(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    p = write(tmp_path, HEAD + SFT + "    launch: {num_processes: 2}\n")
+    with pytest.raises(RecipeError) as e:
+        load_recipe(p)
+    assert ":7: stages[0].launch.cpu: launch: 2 GPU process(es) but this machine has no CUDA GPU" in str(e.value)
+    assert load_recipe(p, check_gpu=False).plan[0].launch["num_processes"] == 2  # `kit run --validate`
+
+
+def test_launch_is_planned_shown_by_validate_and_part_of_the_fingerprint(tmp_path):
+    from kit.runner.execute import Runner, _resolve
+
+    cfg = write(tmp_path, "distributed_type: MULTI_GPU\n", "accelerate.yaml")
+    plain = load_recipe(write(tmp_path, HEAD + SFT))
+    cpu2 = load_recipe(write(tmp_path, HEAD + SFT + "    launch: {num_processes: 2, cpu: true}\n", "a.yaml"))
+    cpu3 = load_recipe(write(tmp_path, HEAD + SFT + "    launch: {num_processes: 3, cpu: true}\n", "b.yaml"))
+    filed = write(tmp_path, HEAD + SFT + f"    launch: {{num_processes: 2, cpu: true, config_file: {cfg}}}\n", "c.yaml")
+    assert plain.plan[0].launch is None
+    assert cpu2.plan[0].launch == {"num_processes": 2, "config_file": None, "cpu": True, "extra_args": []}
+    assert load_recipe(filed).plan[0].launch["config_file"] == str(cfg.resolve())
+
+    def fp(recipe):
+        ps = recipe.plan[0]
+        return Runner(recipe, runs_dir=tmp_path / "runs")._fingerprint(ps, _resolve(ps, {}, {}), {})
+
+    fps = [fp(plain), fp(cpu2), fp(cpu3), fp(load_recipe(filed))]
+    assert len(set(fps)) == 4, fps
+    cfg.write_text("distributed_type: DEEPSPEED\n")  # the config file's content counts, not only its name
+    assert fp(load_recipe(filed)) != fps[3]
+
+    # --set reaches launch too: one field, the whole mapping, or null (the notebook)
+    assert fp(load_recipe(tmp_path / "a.yaml", {"sft_agent.launch.num_processes": 3})) == fps[2]
+    assert fp(load_recipe(tmp_path / "a.yaml", {"sft_agent.launch": None})) == fps[0]
+    assert fp(load_recipe(tmp_path / "r.yaml", {"sft_agent.launch": {"num_processes": 2, "cpu": True}})) == fps[1]
+
+    r = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(tmp_path / "a.yaml"), "--validate"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "sft_agent" in r.stdout and "[accelerate launch: 2 processes, cpu]" in r.stdout, r.stdout
+
+
+def test_the_accelerate_command():
+    from kit.runner.launch import KIT_ROOT, command
+
+    cmd, env = command({"num_processes": 2, "config_file": None, "cpu": True, "extra_args": ["--debug"]}, "s.json")
+    assert cmd[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert cmd[3:] == ["--num_processes", "2", "--multi_gpu", "--num_machines", "1", "--main_process_port", "0",
+                       "--debug", "-m", "kit.runner.launch", "s.json"]  # torchrun: N CPU processes on gloo
+    assert env["ACCELERATE_USE_CPU"] == "true" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["PYTHONPATH"].split(":")[0] == str(KIT_ROOT)
+    cmd, env = command({"num_processes": 1, "config_file": None, "cpu": True, "extra_args": []}, "s.json")
+    assert "--cpu" in cmd and "--multi_gpu" not in cmd
+    cmd, env = command({"num_processes": 8, "config_file": "/x/ds.yaml", "cpu": False, "extra_args": []}, "s.json")
+    assert cmd[3:7] == ["--num_processes", "8", "--config_file", "/x/ds.yaml"]
+    assert "--multi_gpu" not in cmd and "ACCELERATE_USE_CPU" not in env  # the config file decides
+
+
+def test_a_failing_process_fails_the_stage_with_the_logs_tail(tmp_path):
+    """Each process fails reading a bad sft_agent.jsonl (a user error): StageFailed names it, shows
+    the log's tail, stage.json and the manifest say failed, and a rerun starts the stage again."""
+    from kit.runner.execute import Runner, StageFailed
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "sft_agent.jsonl").write_text("{not json\n")
+    p = write(tmp_path, HEAD + f"  - stage: sft_agent\n    params: {{data: {data}, train_steps: 1}}\n"
+              "    launch: {num_processes: 2, cpu: true}\n")
+    console = tmp_path / "console"
+    with pytest.raises(StageFailed) as e:
+        Runner(load_recipe(p), runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports",
+               stream=open(console, "w")).run()
+    sdir = tmp_path / "runs" / "tl" / "sft_agent"
+    msg = str(e.value)
+    assert e.value.user_error and "BadLine" in msg and "sft_agent.jsonl:1" in msg, msg
+    assert f"log with the traceback: {sdir / 'sft_agent.log'}" in msg and "  | " in msg, msg
+    log = (sdir / "sft_agent.log").read_text()
+    assert "process 0 of 2" in log and "process 1 of 2" in log and "Traceback" in log
+    info = json.loads((sdir / "stage.json").read_text())
+    assert info["status"] == "failed" and "BadLine" in info["error"] and info["log"] == str(sdir / "sft_agent.log")
+    m = json.loads((tmp_path / "runs" / "tl" / "manifest.json").read_text())
+    assert m["status"] == "failed" and m["failed_stage"] == "sft_agent"
+    assert "launching 2 processes (CPU)" in console.read_text()
+
+
+def _files(d: Path) -> set[str]:
+    return {str(f.relative_to(d)) for f in d.rglob("*") if f.is_file() and "wandb" not in f.relative_to(d).parts}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_sft_agent_under_accelerate_launch_with_two_cpu_processes_matches_a_notebook_run(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from kit.runner.execute import Runner
+
+    launched = write(tmp_path, HEAD + SFT + "    launch: {num_processes: 2, cpu: true}\n", "launched.yaml")
+    kw = dict(runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", stream=open(tmp_path / "console", "w"))
+    res = Runner(load_recipe(launched), "launched", **kw).run()
+    assert res.executed == ["sft_agent"]
+    sdir = res.run_dir / "sft_agent"
+    log = (sdir / "sft_agent.log").read_text()
+    assert "process 0 of 2" in log and "process 1 of 2" in log, log[-3000:]  # both ranks ran
+    assert "stage sft_agent: process 1 of 2 done" in log
+    info = json.loads((sdir / "stage.json").read_text())
+    assert info["status"] == "complete" and info["world_size"] == 2 and info["summary"]["steps"] == 2
+    assert info["log"] == str(sdir / "sft_agent.log") and info["launch"]["num_processes"] == 2
+    metrics = json.loads((sdir / "model" / "sft_metrics.json").read_text())
+    assert metrics["processes"] == 2 and metrics["tokens_trained"] > 0
+    model = AutoModelForCausalLM.from_pretrained(sdir / "model")  # the saved model loads
+    assert model.config.use_cache
+    m = json.loads((res.run_dir / "manifest.json").read_text())
+    assert m["stages"][0]["log"] == str(sdir / "sft_agent.log") and m["stages"][0]["executed_notebook"] is None
+
+    # a rerun resumes: the stage is complete with the same fingerprint
+    again = Runner(load_recipe(launched), "launched", **kw).run()
+    assert again.executed == [] and again.skipped == ["sft_agent"]
+
+    # the same stage as a notebook: the same files, but the executed notebook (and its figure)
+    # instead of the log and the launch parameters
+    nb = Runner(load_recipe(write(tmp_path, HEAD + SFT, "notebook.yaml")), "notebook", **kw).run()
+    ndir = nb.run_dir / "sft_agent"
+    assert _files(sdir) - {"sft_agent.log", "sft_agent.launch.json"} == \
+        _files(ndir) - {"sft_agent.ipynb", "loss.png"}, (_files(sdir), _files(ndir))
+    ninfo = json.loads((ndir / "stage.json").read_text())
+    assert set(info) - {"log", "launch", "world_size"} == set(ninfo) - {"executed_notebook"}
+    assert set(info["summary"]) == set(ninfo["summary"]) and info["params"] == ninfo["params"]
+    # the report reads both
+    from kit.runner.report import collect
+
+    assert [s["key"] for s in collect(res.run_dir)["sft"]] == ["sft_agent"]
