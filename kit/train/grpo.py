@@ -117,6 +117,13 @@ class GRPOTrainer:
         self.cfg = config or GRPOConfig()
         self.tasks, self.domain, self.tokenizer = list(tasks), domain, tokenizer
         self.acc = accelerator or Accelerator()
+        if self.acc.distributed_type == "DEEPSPEED":
+            from kit.errors import BadInput
+
+            raise BadInput("GRPO does not run under DeepSpeed: its loop accumulates a minibatch's micro-batches "
+                           "and steps once, while DeepSpeed steps the optimizer inside every backward",
+                           "launch the grpo stage without a DeepSpeed config (plain DDP: `launch: {num_processes: "
+                           "N}`); with lora the frozen base weights fit on each GPU (kit run --validate estimates it)")
         self.ref = None
         if self.cfg.kl_coef > 0:  # the initial policy, before any adapter is added
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
