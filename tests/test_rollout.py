@@ -192,14 +192,17 @@ def test_rollout_bench_alternates_repeats_of_the_same_work_and_keeps_each_sides_
 
     lines = []
     res = bench_rollout(hf_backend, "mock", 0, group=2, max_messages=2, max_new_tokens=4, log=lines.append, repeat=2)
-    repeats = [re.match(r"repeat (\d)/2: batched (\d+) tokens in ([\d.]+) s, one at a time (\d+) tokens in ([\d.]+) s", x)
+    repeats = [re.match(r"repeat (\d)/2: (kit|kit-sequential) (\d+) tokens in ([\d.]+) s", x)
                for x in lines if x.startswith("repeat")]
-    assert [int(m.group(1)) for m in repeats] == [1, 2]
-    assert len({(m.group(2), m.group(4)) for m in repeats}) == 1  # the same seeds: the same tokens each time
-    assert res.tokens == (int(repeats[0].group(2)), int(repeats[0].group(4))) and min(res.tokens) > 0
-    assert abs(res.batched_s - min(float(m.group(3)) for m in repeats)) < 0.06
-    assert abs(res.sequential_s - min(float(m.group(5)) for m in repeats)) < 0.06
-    assert sum(x.startswith("batched profile: prefill") for x in lines) == 2
+    assert [m.group(1) for m in repeats] == ["1", "1", "2", "2"]
+    assert [m.group(2) for m in repeats] == ["kit", "kit-sequential", "kit-sequential", "kit"]  # alternating
+    runs = {arm: [(int(m.group(3)), float(m.group(4))) for m in repeats if m.group(2) == arm]
+            for arm in ("kit", "kit-sequential")}
+    assert all(len({n for n, _ in r}) == 1 for r in runs.values())  # the same seeds: the same tokens each time
+    assert res.tokens == (runs["kit"][0][0], runs["kit-sequential"][0][0]) and min(res.tokens) > 0
+    assert abs(res.batched_s - min(s for _, s in runs["kit"])) < 0.06
+    assert abs(res.sequential_s - min(s for _, s in runs["kit-sequential"])) < 0.06
+    assert sum(x.startswith("kit profile: prefill") for x in lines) == 2
     assert re.fullmatch(r"rollout speedup: [\d.]+x \([\d.]+ tok/s vs [\d.]+ tok/s\)", res.line())
     with pytest.raises(ValueError, match="repeat must be >= 1"):
         bench_rollout(hf_backend, "mock", 0, group=2, repeat=0)
