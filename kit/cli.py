@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     br.add_argument("--repeat", type=_at_least_one, default=1,
                     help="alternate the arms' runs N times (same seeds) and keep each arm's fastest (a noisy machine)")
-    br.add_argument("--arms", default="kit,kit-sequential,kit-continuous,hf-generate,hf-generate-batch",
+    br.add_argument("--arms", default="kit,kit-sequential,hf-generate,hf-generate-batch",
                     help="comma-separated arms (kit.bench.rollout.ARMS), run side by side in this process")
     br.set_defaults(fn=_cmd_bench_rollout)
     bs = bsub.add_parser("sandbox", help="honest checker verdicts per second over a warm sandbox pool")

@@ -33,7 +33,6 @@ def test_transformers_engines_run_episodes_with_the_kits_rendering_and_token_ids
     completions carry the sampled ids, counted as the kit's path counts them."""
     ref = backend.with_engine(engine)
     assert (ref.engine, ref.tool_mode, ref.model) == (engine, backend.tool_mode, backend.model)
-    assert not ref.can_serve([SamplingParams()])  # continuous serving is the kit engine's
     dom = load_domain("mock")
     params = SamplingParams(temperature=1.0, max_new_tokens=8)
     cfg = RolloutConfig(max_messages=4, seed=0, agent_params=params, user_params=params)

@@ -4,8 +4,6 @@ Arms (`ARMS`), all on the same model, task, group, seeds, sampling and limits, i
 
   kit                the kit's fast path (kit.llm.fast), every live episode's turn in one batch
   kit-sequential     the same, one episode at a time
-  kit-continuous     the kit's fast path, each episode's next turn joining the running batch
-                     (RolloutConfig.continuous, HFBackend.serve)
   hf-generate        transformers' batched `model.generate`, one left-padded call per turn of the group
   hf-generate-batch  transformers' continuous batching `model.generate_batch`, one call per turn
 
@@ -35,7 +33,7 @@ from kit.envs import load_domain
 from kit.llm.types import SamplingParams
 from kit.rollout.loop import RolloutConfig, run_episodes
 
-ARMS = ("kit", "kit-sequential", "kit-continuous", "hf-generate", "hf-generate-batch")
+ARMS = ("kit", "kit-sequential", "hf-generate", "hf-generate-batch")
 ENGINE = {"hf-generate": "generate", "hf-generate-batch": "generate_batch"}  # arm -> HFBackend engine
 
 
@@ -133,7 +131,7 @@ def _backends(backend, arms: Sequence[str]) -> dict:
 
 
 def _run(arm: str, backend, dom, task, group: int, max_messages: int, params: SamplingParams, seed: int):
-    """The arm's episodes: all at once (turn by turn or continuous), or one at a time."""
+    """The arm's episodes: all at once (turn by turn), or one at a time."""
     if arm == "kit-sequential":
         trajs = []
         for i in range(group):
@@ -141,8 +139,7 @@ def _run(arm: str, backend, dom, task, group: int, max_messages: int, params: Sa
                                   user_params=params)
             trajs += run_episodes(dom, [task], backend, backend, cfg_i, progress=False)
         return trajs
-    cfg = RolloutConfig(max_messages=max_messages, seed=seed, agent_params=params, user_params=params,
-                        continuous=arm == "kit-continuous")
+    cfg = RolloutConfig(max_messages=max_messages, seed=seed, agent_params=params, user_params=params)
     return run_episodes(dom, [task] * group, backend, backend, cfg, progress=False)
 
 
@@ -202,10 +199,13 @@ def bench_arms(backend, arms: Sequence[str] = ARMS, domain: str = "mock", task_i
 def bench_rollout(backend, domain: str = "mock", task_index: int = 0, group: int = 8, max_messages: int = 8,
                   max_new_tokens: int = 64, seed: int = 0, log: Callable[[str], None] | None = print,
                   continuous: bool = False, repeat: int = 1) -> RolloutBench:
-    """The two-arm bench: the group batched (arm kit, or kit-continuous with `continuous`) vs one
-    episode at a time (kit-sequential), `repeat` times alternating; each side's fastest repeat."""
-    batched = "kit-continuous" if continuous else "kit"
-    b, s = bench_arms(backend, (batched, "kit-sequential"), domain, task_index, group, max_messages,
+    """The two-arm bench: the group batched (arm kit) vs one episode at a time (kit-sequential),
+    `repeat` times alternating; each side's fastest repeat. `continuous=True` is refused: the kit's
+    continuous batching was removed (it lost to turn-by-turn batching, see README)."""
+    if continuous:
+        raise ValueError("continuous batching was removed from the kit (slower than turn-by-turn batching on "
+                         "the measured CPU, see README); transformers' own is arm hf-generate-batch of bench_arms")
+    b, s = bench_arms(backend, ("kit", "kit-sequential"), domain, task_index, group, max_messages,
                       max_new_tokens, seed, log, repeat)
     for res in (b, s):
         if res.error is not None:

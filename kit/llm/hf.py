@@ -102,7 +102,7 @@ class HFBackend(Backend):
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
     """
 
-    caps = Capabilities(parallel=False, tokenizer=True, scores=True, serves=True, token_ids=True, stats=True)
+    caps = Capabilities(parallel=False, tokenizer=True, scores=True, token_ids=True, stats=True)
 
     def __init__(
         self,
@@ -279,56 +279,6 @@ class HFBackend(Backend):
         finally:
             self.model.train(was_training)
         return results
-
-    def can_serve(self, params: list[SamplingParams | dict]) -> bool:
-        """True when `serve` (continuous batching) handles requests with these sampling settings:
-        the fast path applies (plain temperature / top-k / top-p sampling, one sample each)."""
-        from kit.llm.fast import effective_config, plain_sampling
-
-        return self.engine == "kit" and self.fast_decode and all(
-            p.n == 1 and plain_sampling(effective_config(self.model, self._generation_config(p)))
-            for p in map(as_params, params))
-
-    def serve(self, requests: list[tuple[Any, list[ChatMessage], list[ToolSchema] | None, SamplingParams]],
-              on_done: Any, seed: int | None = None) -> None:
-        """Continuous batching (kit.llm.fast.continuous): each request (key, conversation, tools,
-        params) joins the running batch as soon as it exists; `on_done(key, completion)` returns the
-        follow-up requests. Needs `can_serve` for every params used. `seed` seeds the sampling."""
-        import torch
-
-        from kit.llm.fast import Request, Sampler, effective_config, serve
-
-        samplers: dict[int, tuple[Any, Any]] = {}  # one Sampler per params object: rows drawn together
-
-        def request(key, conversation, tools, params) -> Request:
-            params = as_params(params)
-            if id(params) not in samplers:
-                gen = effective_config(self.model, self._generation_config(params))
-                samplers[id(params)] = (params, Sampler(gen))
-            ids = self.tokenizer(self.render(conversation, tools), add_special_tokens=False)["input_ids"]
-            return Request((key, params, len(ids)), ids, samplers[id(params)][1], params.max_new_tokens,
-                           self._stop_strings(params.stop))
-
-        def finished(handle, ids: list[int]) -> list[Request]:
-            key, params, prompt_tokens = handle
-            return [request(*r) for r in on_done(key, self._completion(ids, prompt_tokens, params.stop))]
-
-        devices = [self.device] if self.device.type == "cuda" else []
-        was_training = self.model.training
-        if was_training:
-            self.invalidate()
-        self.model.eval()
-        try:
-            with torch.random.fork_rng(devices=devices, enabled=seed is not None), torch.inference_mode(), \
-                    self.packed.use(self.model) if self.packed is not None else contextlib.nullcontext():
-                if seed is not None:
-                    torch.manual_seed(seed)
-                serve(self.model, [request(*r) for r in requests], finished, eos_ids=self.eos_ids, pad_id=self.pad_id,
-                      store=self.prefix_cache, chunk=self.prefill_chunk, max_rows=self.max_batch_size,
-                      eager_mask=self.model.config._attn_implementation == "eager", stats=self.stats,
-                      split_attention=self.shared_prefix_attention)
-        finally:
-            self.model.train(was_training)
 
     def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         from kit.llm.fast import effective_config, plain_sampling
