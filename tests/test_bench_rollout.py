@@ -74,7 +74,7 @@ def test_a_failing_arm_is_reported_with_its_error_and_the_others_go_on(backend, 
     def refuse(self, prompts, params, gen):
         raise RuntimeError("no paged attention here")
 
-    monkeypatch.setattr(HFBackend, "_generate_continuous", refuse)
+    monkeypatch.setattr(HFBackend, "_transformers_generate_batch", refuse)
     results = bench_arms(backend, ["hf-generate-batch"], group=2, max_messages=2, max_new_tokens=4, log=None)
     assert report_lines(results) == ["hf-generate-batch: failed: RuntimeError: no paged attention here"]
     ok = ArmResult("kit", 100, 2.0)

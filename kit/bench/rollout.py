@@ -169,8 +169,7 @@ def bench_arms(backend, arms: Sequence[str] = ARMS, domain: str = "mock", task_i
             return None
 
     for arm in arms:  # warm-up, not timed: what the arm would otherwise pay once, inside its first run
-        b = backends[arm]
-        attempt(arm, lambda: _run(arm, b, dom, task, group, 2, short, seed))
+        attempt(arm, lambda arm=arm: _run(arm, backends[arm], dom, task, group, 2, short, seed))
     for r in range(repeat):
         order = list(arms[r % len(arms):]) + list(arms[: r % len(arms)])  # no arm always goes first
         for arm in order:
@@ -181,7 +180,7 @@ def bench_arms(backend, arms: Sequence[str] = ARMS, domain: str = "mock", task_i
             kit_stats = getattr(b, "engine", "kit") == "kit" and b.caps.stats
             before = copy.copy(b.stats) if kit_stats else None
             t0 = time.perf_counter()
-            trajs = attempt(arm, lambda: _run(arm, b, dom, task, group, max_messages, params, seed))
+            trajs = attempt(arm, lambda arm=arm, b=b: _run(arm, b, dom, task, group, max_messages, params, seed))
             if trajs is None:
                 continue
             res = ArmResult(arm, _tokens(trajs), time.perf_counter() - t0, _profile(b, before))

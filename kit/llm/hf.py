@@ -189,7 +189,7 @@ class HFBackend(Backend):
         tags = {tokenizer.convert_tokens_to_ids(t) for t in (OPEN, CLOSE)} - {None, tokenizer.unk_token_id}
         self.skip_ids = set(tokenizer.all_special_ids) - tags
 
-    def with_engine(self, engine: str) -> "HFBackend":
+    def with_engine(self, engine: str) -> HFBackend:
         """Another backend on the same model, tokenizer and settings, generating with `engine`."""
         return HFBackend(model=self.model, tokenizer=self.tokenizer, tool_mode=self.tool_mode,
                          max_batch_size=self.max_batch_size, prefill_chunk=self.prefill_chunk,
@@ -285,7 +285,7 @@ class HFBackend(Backend):
 
         gen = self._generation_config(params)
         if self.engine == "generate_batch":
-            return self._generate_continuous(prompts, params, gen)
+            return self._transformers_generate_batch(prompts, params, gen)
         if self.fast_decode:
             effective = effective_config(self.model, gen)
             if plain_sampling(effective):
@@ -328,7 +328,7 @@ class HFBackend(Backend):
             )
         return [self._completion(ids, len(row), params.stop) for ids, row in zip(new_tokens, rows)]
 
-    def _generate_continuous(self, prompts: list[str], params: SamplingParams, gen: Any) -> list[Completion]:
+    def _transformers_generate_batch(self, prompts: list[str], params: SamplingParams, gen: Any) -> list[Completion]:
         """transformers' continuous batching (`model.generate_batch`), its manager kept between calls."""
         from transformers import ContinuousBatchingConfig
 
