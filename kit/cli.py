@@ -5,7 +5,7 @@
   kit verify --domain D --input FILE.jsonl     one JSON verdict per SimulationRun line
   kit export --domain D --out FILE.jsonl       gold + near-miss trajectories as SimulationRuns
   kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
-  kit bench rollout [--model M] [--group 8]     batched vs one-at-a-time episodes
+  kit bench rollout [--arms A,B] [--group 8]    the kit's engine vs transformers' generate, per arm
   kit bench sandbox [--n 500]                   honest checker verdicts per second (sandbox pool)
   kit eval --domain D (--split S | --tasks-file FILE) --model M --user-model U --trials N   (every `evaluate` parameter)
   kit synthesize --domain D --out DIR [--rounds N --num-plans N ...]                      (every `synthesize` parameter)
@@ -218,20 +218,26 @@ def _cmd_bench_sandbox(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_rollout(args: argparse.Namespace) -> int:
-    from kit.bench.rollout import bench_rollout
+    from kit.bench.rollout import bench_arms, check_arms, report_lines
     from kit.llm import make_backend
 
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    check_arms(arms)  # before the model loads
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    res = bench_rollout(make_backend(args.model), args.domain, args.task_index, args.group,
-                        args.max_messages, args.max_new_tokens, args.seed, continuous=args.continuous,
-                        repeat=args.repeat)
+    results = bench_arms(make_backend(args.model), arms, args.domain, args.task_index, args.group,
+                         args.max_messages, args.max_new_tokens, args.seed, repeat=args.repeat)
     best = " (fastest of each)" if args.repeat > 1 else ""
-    print(f"batched: {res.tokens[0]} tokens in {res.batched_s:.1f} s; "
-          f"one at a time: {res.tokens[1]} tokens in {res.sequential_s:.1f} s{best}")
-    print(res.line())
+    print(f"group {args.group}, {args.max_messages} messages, {args.max_new_tokens} new tokens, seed {args.seed}, "
+          f"{args.repeat} repeat(s){best}:")
+    for line in report_lines(results):
+        print(line)
+    by_arm = {r.arm: r for r in results if r.error is None}
+    if "kit" in by_arm and "kit-sequential" in by_arm:
+        b, s = by_arm["kit"], by_arm["kit-sequential"]
+        print(f"rollout speedup: {b.tok_s / max(s.tok_s, 1e-9):.1f}x ({b.tok_s:.1f} tok/s vs {s.tok_s:.1f} tok/s)")
     return 0
 
 
@@ -436,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     bv.add_argument("--tasks", type=int, default=None, help="first N tasks (default: all)")
     bv.add_argument("--mutants", type=int, default=5)
     bv.set_defaults(fn=_cmd_bench_verify)
-    br = bsub.add_parser("rollout", help="one group of G episodes: batched vs one at a time")
+    br = bsub.add_parser("rollout", help="one group of G episodes: the kit's engine vs transformers' generate")
     br.add_argument("--model", default="embedded")
     br.add_argument("--domain", default="mock")
     br.add_argument("--task-index", type=int, default=0)
@@ -446,9 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--seed", type=int, default=0)
     br.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     br.add_argument("--repeat", type=_at_least_one, default=1,
-                    help="alternate both runs N times (same seeds) and keep each side's fastest (a noisy machine)")
-    br.add_argument("--continuous", action="store_true",
-                    help="batched run: each episode's next turn joins the running batch (RolloutConfig.continuous)")
+                    help="alternate the arms' runs N times (same seeds) and keep each arm's fastest (a noisy machine)")
+    br.add_argument("--arms", default="kit,kit-sequential,hf-generate,hf-generate-batch",
+                    help="comma-separated arms (kit.bench.rollout.ARMS), run side by side in this process")
     br.set_defaults(fn=_cmd_bench_rollout)
     bs = bsub.add_parser("sandbox", help="honest checker verdicts per second over a warm sandbox pool")
     bs.add_argument("--n", type=_at_least_one, default=500, help="checks to time")

@@ -150,40 +150,6 @@ def test_embedded_model_episodes_through_the_hf_backend(domain, hf_backend):
 
 
 @pytest.mark.slow
-def test_continuous_batching_runs_the_episodes_the_turn_by_turn_schedule_runs(hf_backend, monkeypatch):
-    """Greedy decoding: an episode's next turn joining the running batch (HFBackend.serve) yields
-    the same dialogues as every episode waiting for the whole group at each turn; seeded sampling is
-    reproducible run to run."""
-    from kit.llm.types import SamplingParams
-
-    dom = load_domain("mock")
-    tasks = dom.tasks()[:3]
-    greedy = SamplingParams(temperature=0, max_new_tokens=12)
-    short = SamplingParams(temperature=0, max_new_tokens=5)  # the turns end at different steps
-
-    used = []  # which entry point each run went through (the real methods run)
-    for name in ("serve", "generate_batch"):
-        real = getattr(hf_backend, name)
-        monkeypatch.setattr(hf_backend, name, lambda *a, _real=real, _name=name, **k: used.append(_name) or _real(*a, **k))
-
-    def dialogues(continuous, agent_params=greedy, user_params=short, seed=0):
-        cfg = RolloutConfig(max_messages=5, seed=seed, agent_params=agent_params, user_params=user_params,
-                            continuous=continuous)
-        used.clear()
-        trajs = run_episodes(dom, tasks, hf_backend, hf_backend, cfg, progress=False)
-        return [[(m.role, m.content, m.meta.get("completion_tokens")) for m in t.messages] + [t.termination_reason]
-                for t in trajs], set(used)
-
-    phased, phased_used = dialogues(False)
-    together, together_used = dialogues(True)
-    assert (phased_used, together_used) == ({"generate_batch"}, {"serve"})
-    assert together == phased
-    assert all(len(d) >= 4 for d in phased)
-    sampled = SamplingParams(temperature=1.0, max_new_tokens=10)
-    assert dialogues(True, sampled, sampled, seed=3)[0] == dialogues(True, sampled, sampled, seed=3)[0]
-
-
-@pytest.mark.slow
 def test_rollout_bench_alternates_repeats_of_the_same_work_and_keeps_each_sides_fastest(hf_backend):
     """`kit bench rollout`'s function at a tiny size (not a speed check: no timing is asserted)."""
     import re
@@ -192,17 +158,22 @@ def test_rollout_bench_alternates_repeats_of_the_same_work_and_keeps_each_sides_
 
     lines = []
     res = bench_rollout(hf_backend, "mock", 0, group=2, max_messages=2, max_new_tokens=4, log=lines.append, repeat=2)
-    repeats = [re.match(r"repeat (\d)/2: batched (\d+) tokens in ([\d.]+) s, one at a time (\d+) tokens in ([\d.]+) s", x)
+    repeats = [re.match(r"repeat (\d)/2: (kit|kit-sequential) (\d+) tokens in ([\d.]+) s", x)
                for x in lines if x.startswith("repeat")]
-    assert [int(m.group(1)) for m in repeats] == [1, 2]
-    assert len({(m.group(2), m.group(4)) for m in repeats}) == 1  # the same seeds: the same tokens each time
-    assert res.tokens == (int(repeats[0].group(2)), int(repeats[0].group(4))) and min(res.tokens) > 0
-    assert abs(res.batched_s - min(float(m.group(3)) for m in repeats)) < 0.06
-    assert abs(res.sequential_s - min(float(m.group(5)) for m in repeats)) < 0.06
-    assert sum(x.startswith("batched profile: prefill") for x in lines) == 2
+    assert [m.group(1) for m in repeats] == ["1", "1", "2", "2"]
+    assert [m.group(2) for m in repeats] == ["kit", "kit-sequential", "kit-sequential", "kit"]  # alternating
+    runs = {arm: [(int(m.group(3)), float(m.group(4))) for m in repeats if m.group(2) == arm]
+            for arm in ("kit", "kit-sequential")}
+    assert all(len({n for n, _ in r}) == 1 for r in runs.values())  # the same seeds: the same tokens each time
+    assert res.tokens == (runs["kit"][0][0], runs["kit-sequential"][0][0]) and min(res.tokens) > 0
+    assert abs(res.batched_s - min(s for _, s in runs["kit"])) < 0.06
+    assert abs(res.sequential_s - min(s for _, s in runs["kit-sequential"])) < 0.06
+    assert sum(x.startswith("kit profile: prefill") for x in lines) == 2
     assert re.fullmatch(r"rollout speedup: [\d.]+x \([\d.]+ tok/s vs [\d.]+ tok/s\)", res.line())
     with pytest.raises(ValueError, match="repeat must be >= 1"):
         bench_rollout(hf_backend, "mock", 0, group=2, repeat=0)
+    with pytest.raises(ValueError, match="continuous batching was removed"):
+        bench_rollout(hf_backend, "mock", 0, group=2, continuous=True)
 
 
 @pytest.fixture(scope="module")

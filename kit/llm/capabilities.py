@@ -24,8 +24,6 @@ class Capabilities:
     scores: bool = False
     """`backend.score_options(messages, options)` gives each option's mean log-probability as the
     continuation of the conversation."""
-    serves: bool = False
-    """`backend.can_serve(params)` and `backend.serve(requests, on_done, seed)`: continuous batching."""
     token_ids: bool = False
     """Completions carry `token_ids`: the ids the model sampled (with the end-of-turn id)."""
     logprobs: bool = False

@@ -25,6 +25,17 @@ kit.llm.fast.generate.Sampler, so its seeded samples are not `model.generate`'s)
 
 Stored states are dropped when the weights change (see `invalidate`).
 
+Reference engines (`engine=`, for `kit bench rollout`'s side-by-side arms; the same rendering,
+sampling settings, seeds and tool-call parsing, only the generation call differs):
+
+* "generate": one left-padded `model.generate` call per chunk of rows, nothing cached between calls.
+* "generate_batch": transformers' continuous batching, `model.generate_batch` (paged KV cache, its
+  own prefix sharing). Its manager is kept across calls (`persistent_manager=True`), so blocks of
+  earlier turns' prompts can be reused, and its cache is sized for the calls' rows (by default it
+  would take 60% of the host's memory on CPU, zeroed at every call). Stop strings only cut the
+  text (continuous batching has no stop-string criterion), the rows run to an end-of-turn id or
+  `max_new_tokens`.
+
 Simplified on purpose: no streaming, no per-conversation tools (a group shares its task's
 tools), and stop strings end a row only at token boundaries; the text is cut at the stop string.
 """
@@ -52,6 +63,11 @@ from kit.llm.types import (
 )
 
 
+ENGINES = ("kit", "generate", "generate_batch")
+"""HFBackend's generation implementations: the kit's (fast path), transformers' batched `generate`,
+transformers' continuous batching `generate_batch`."""
+
+
 class HFBackend(Backend):
     """A causal LM + tokenizer from transformers.
 
@@ -77,12 +93,16 @@ class HFBackend(Backend):
         shared_prefix_attention: fast path: when all rows of a batch share a prompt prefix (the
             system prompt of a group), decode steps attend it once for all rows
             (kit.llm.fast.shared_prefix_attention); False attends it per row.
+        engine: "kit" (the fast path where it applies, else `model.generate` over the prefix cache);
+            "generate" or "generate_batch": transformers' own batched `generate` or continuous
+            batching `generate_batch`, as they come (see the module doc), the references the fast
+            path is measured against.
 
     Trainers that update the weights through `param.data` (which bumps no version counter) must call
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
     """
 
-    caps = Capabilities(parallel=False, tokenizer=True, scores=True, serves=True, token_ids=True, stats=True)
+    caps = Capabilities(parallel=False, tokenizer=True, scores=True, token_ids=True, stats=True)
 
     def __init__(
         self,
@@ -101,6 +121,7 @@ class HFBackend(Backend):
         prefill_chunk: int = 256,
         pack_weights: bool | str = "auto",
         shared_prefix_attention: bool = True,
+        engine: str = "kit",
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -141,8 +162,14 @@ class HFBackend(Backend):
             if prefix_cache_min_tokens and prefix_cache_size
             else None
         )
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+        self.engine = engine
+        self._cb: tuple[Any, int, Any] | None = None  # generate_batch: (settings, blocks, config) of its manager
+        if engine != "kit":  # transformers' engines as they come: no kit cache, no fast path
+            self.prefix_cache = None
         self.prefill_chunk = prefill_chunk
-        self.fast_decode = fast_decode and supports_model(model)
+        self.fast_decode = fast_decode and engine == "kit" and supports_model(model)
         self.stats = GenStats()  # where generation time went (fast path)
         if pack_weights not in (True, False, "auto"):
             raise ValueError(f"pack_weights must be True, False or 'auto', not {pack_weights!r}")
@@ -162,10 +189,15 @@ class HFBackend(Backend):
         tags = {tokenizer.convert_tokens_to_ids(t) for t in (OPEN, CLOSE)} - {None, tokenizer.unk_token_id}
         self.skip_ids = set(tokenizer.all_special_ids) - tags
 
+    def with_engine(self, engine: str) -> HFBackend:
+        """Another backend on the same model, tokenizer and settings, generating with `engine`."""
+        return HFBackend(model=self.model, tokenizer=self.tokenizer, tool_mode=self.tool_mode,
+                         max_batch_size=self.max_batch_size, prefill_chunk=self.prefill_chunk,
+                         shared_prefix_attention=self.shared_prefix_attention, engine=engine)
+
     def invalidate(self) -> None:
         """Forget cached prefix KV states: call after changing the weights behind the backend's back."""
-        if self.prefix_cache is not None:
-            self.prefix_cache.clear()
+        self.clear_cache()
         if self.packed is not None:
             self.packed.clear()
 
@@ -173,6 +205,12 @@ class HFBackend(Backend):
         """Forget cached prefix KV states (the packed weights stay: they are still valid)."""
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
+        if self._cb is not None:  # generate_batch: its manager holds the cached blocks
+            self._cb = None
+            self.model.destroy_cached_continuous_batching_manager()
+
+    def close(self) -> None:
+        self.clear_cache()
 
     def score_options(self, messages: list[ChatMessage], options: list[str]) -> list[float]:
         """Each option's mean log-probability per token as the continuation of `messages` (rendered
@@ -226,8 +264,11 @@ class HFBackend(Backend):
         if was_training:  # a trainer holds the model: weights may have moved since the last call
             self.invalidate()
         self.model.eval()
+        # generate_batch runs the model in a thread of its own, on tensors made in this one: inference
+        # tensors would be refused there (it turns off gradients itself)
+        grad_off = torch.no_grad() if self.engine == "generate_batch" else torch.inference_mode()
         try:
-            with torch.random.fork_rng(devices=devices, enabled=params.seed is not None), torch.inference_mode():
+            with torch.random.fork_rng(devices=devices, enabled=params.seed is not None), grad_off:
                 if params.seed is not None:
                     torch.manual_seed(params.seed)
                 for start in range(0, len(rows), self.max_batch_size):
@@ -239,66 +280,18 @@ class HFBackend(Backend):
             self.model.train(was_training)
         return results
 
-    def can_serve(self, params: list[SamplingParams | dict]) -> bool:
-        """True when `serve` (continuous batching) handles requests with these sampling settings:
-        the fast path applies (plain temperature / top-k / top-p sampling, one sample each)."""
-        from kit.llm.fast import effective_config, plain_sampling
-
-        return self.fast_decode and all(
-            p.n == 1 and plain_sampling(effective_config(self.model, self._generation_config(p)))
-            for p in map(as_params, params))
-
-    def serve(self, requests: list[tuple[Any, list[ChatMessage], list[ToolSchema] | None, SamplingParams]],
-              on_done: Any, seed: int | None = None) -> None:
-        """Continuous batching (kit.llm.fast.continuous): each request (key, conversation, tools,
-        params) joins the running batch as soon as it exists; `on_done(key, completion)` returns the
-        follow-up requests. Needs `can_serve` for every params used. `seed` seeds the sampling."""
-        import torch
-
-        from kit.llm.fast import Request, Sampler, effective_config, serve
-
-        samplers: dict[int, tuple[Any, Any]] = {}  # one Sampler per params object: rows drawn together
-
-        def request(key, conversation, tools, params) -> Request:
-            params = as_params(params)
-            if id(params) not in samplers:
-                gen = effective_config(self.model, self._generation_config(params))
-                samplers[id(params)] = (params, Sampler(gen))
-            ids = self.tokenizer(self.render(conversation, tools), add_special_tokens=False)["input_ids"]
-            return Request((key, params, len(ids)), ids, samplers[id(params)][1], params.max_new_tokens,
-                           self._stop_strings(params.stop))
-
-        def finished(handle, ids: list[int]) -> list[Request]:
-            key, params, prompt_tokens = handle
-            return [request(*r) for r in on_done(key, self._completion(ids, prompt_tokens, params.stop))]
-
-        devices = [self.device] if self.device.type == "cuda" else []
-        was_training = self.model.training
-        if was_training:
-            self.invalidate()
-        self.model.eval()
-        try:
-            with torch.random.fork_rng(devices=devices, enabled=seed is not None), torch.inference_mode(), \
-                    self.packed.use(self.model) if self.packed is not None else contextlib.nullcontext():
-                if seed is not None:
-                    torch.manual_seed(seed)
-                serve(self.model, [request(*r) for r in requests], finished, eos_ids=self.eos_ids, pad_id=self.pad_id,
-                      store=self.prefix_cache, chunk=self.prefill_chunk, max_rows=self.max_batch_size,
-                      eager_mask=self.model.config._attn_implementation == "eager", stats=self.stats,
-                      split_attention=self.shared_prefix_attention)
-        finally:
-            self.model.train(was_training)
-
     def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
         from kit.llm.fast import effective_config, plain_sampling
 
         gen = self._generation_config(params)
+        if self.engine == "generate_batch":
+            return self._transformers_generate_batch(prompts, params, gen)
         if self.fast_decode:
             effective = effective_config(self.model, gen)
             if plain_sampling(effective):
                 return self._generate_fast(prompts, params, effective)
         extra = {"tokenizer": self.tokenizer} if params.stop else {}
-        if self.prefix_cache is not None:
+        if self.prefix_cache is not None:  # engine "kit" without the fast path ("generate": no cache)
             rows = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
             # every row keeps at least one token of its own: generate needs a new input to start from
             shared = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
@@ -334,6 +327,38 @@ class HFBackend(Backend):
                 split_attention=self.shared_prefix_attention,
             )
         return [self._completion(ids, len(row), params.stop) for ids, row in zip(new_tokens, rows)]
+
+    def _transformers_generate_batch(self, prompts: list[str], params: SamplingParams, gen: Any) -> list[Completion]:
+        """transformers' continuous batching (`model.generate_batch`), its manager kept between calls."""
+        from transformers import ContinuousBatchingConfig
+
+        from kit.llm.fast import effective_config
+
+        rows = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        # the settings model.generate would resolve (its default top_k included): the same distribution
+        gen = effective_config(self.model, gen) or gen
+        gen.stop_strings = None  # not supported there: a stop string only cuts the text (_completion)
+        settings = (gen.do_sample, gen.temperature, gen.top_p, gen.top_k, tuple(sorted(self.eos_ids)))
+        page = ContinuousBatchingConfig.page_size
+        need = sum(-(-(len(r) + params.max_new_tokens) // page) + 1 for r in rows)  # blocks these rows take
+        if self._cb is None or self._cb[0] != settings or self._cb[1] < need:
+            self.clear_cache()  # a manager keeps the settings it was made with
+            blocks = max(2 * need, 64)  # room for the blocks kept for prefix sharing too
+            # seed: a new manager reseeds torch's generator (randomly when None): with the call's seed, the
+            # draws are the ones generate_batch's fork_rng set up
+            self._cb = (settings, blocks, ContinuousBatchingConfig(num_blocks=blocks, seed=params.seed,
+                                                                    max_requests_per_batch=self.max_batch_size))
+        with _quiet_persistent_manager_warning():
+            out = self.model.generate_batch(rows, generation_config=gen, continuous_batching_config=self._cb[2],
+                                            max_new_tokens=params.max_new_tokens, persistent_manager=True,
+                                            warmup=False)
+        results = list(out.values())
+        failed = [r.error for r in results if r.error is not None]
+        if len(results) != len(rows) or failed:
+            self.clear_cache()
+            raise RuntimeError(f"transformers generate_batch returned {len(results)} of {len(rows)} requests"
+                               + (f"; errors: {failed[:3]}" if failed else " (see its log above)"))
+        return [self._completion(list(r.generated_tokens), len(row), params.stop) for r, row in zip(results, rows)]
 
     def _stop_strings(self, stop: list[str]) -> Any:
         """transformers' StopStringCriteria for `stop` (built once per set: it scans the vocabulary)."""
@@ -416,3 +441,22 @@ class HFBackend(Backend):
             finish_reason="tool_calls" if calls else finish,
             token_ids=list(sampled),
         )
+
+
+@contextlib.contextmanager
+def _quiet_persistent_manager_warning():
+    """generate_batch warns at every call that a kept manager was sized for its first requests: here
+    the backend sizes it (and makes a new one when a call needs more)."""
+    import logging
+
+    class _Drop(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            return "persistent_manager=True" not in record.getMessage()
+
+    log = logging.getLogger("ContinuousBatchingLogger")
+    drop = _Drop()
+    log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop)

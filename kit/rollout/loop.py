@@ -89,14 +89,6 @@ class RolloutConfig:
     """Base seed; each batched call uses seed + call index."""
     templates_dir: Optional[str] = None
     """Another set of prompt templates (kit/rollout/templates by default)."""
-    continuous: bool = False
-    """When agent and user are one backend that can serve requests continuously (HFBackend.serve),
-    an episode's next turn joins the running batch as soon as its previous turn ends, instead of
-    every episode waiting for the slowest one at each turn. Seeded samples then differ from the
-    turn-by-turn schedule's (greedy ones do not). Off by default: on a 2-core CPU it was slower
-    (8 mock episodes: 3597 tokens in 133 s vs 3293 in 113 s turn by turn; agent and user rows in
-    one batch share no system prompt, so each row reads its own, and each arrival is one more
-    prefill pass); meant for devices where a decode step costs the same at any batch size."""
 
 
 @dataclass
@@ -247,24 +239,6 @@ def run_episodes(
     for ep in eps:  # a history that already ends the episode
         if ep.messages and ep.messages[-1].role == "assistant" and STOP in (ep.messages[-1].content or ""):
             finish(ep, "agent_stop")
-    role_params = {"assistant": cfg.agent_params.model_copy(update={"n": 1, "seed": None}),
-              "user": cfg.user_params.model_copy(update={"n": 1, "seed": None})}
-    if cfg.continuous and agent is user and agent.caps.serves and agent.can_serve(list(role_params.values())):
-        def request(ep: _Episode) -> tuple:
-            role = ep.next
-            view = agent_view if role == "assistant" else user_view
-            conv = view(ep.messages, ep.agent_system if role == "assistant" else ep.user_system)
-            return ((ep, role, time.perf_counter()), conv, agent_tools if role == "assistant" else user_tools,
-                    role_params[role])
-
-        def turn_done(key: tuple, completion: Completion) -> list:
-            ep, role, t0 = key
-            after_turn(ep, role, completion, time.perf_counter() - t0)
-            return [request(ep)] if ep.next else []
-
-        agent.serve([request(ep) for ep in eps if ep.next], turn_done, seed=cfg.seed)
-        bar.close()
-        return [r for r in results if r is not None]
     while any(ep.next for ep in eps):
         for role, backend, params, view, tools in (
             ("assistant", agent, cfg.agent_params, agent_view, agent_tools),

@@ -272,17 +272,13 @@ def stop_hits(stop_criteria: Any, seqs: list[list[int]], pad_id: int) -> list[bo
 
 
 def prefill(model: Any, rows: list[tuple[int, ...]], *, store: PrefixKVCache | None, pad_id: int, chunk: int,
-            eager_mask: bool, stats: GenStats, room: int, cache: RowCache | None = None,
-            started: float | None = None, keep_prompts: bool = False,
+            eager_mask: bool, stats: GenStats, room: int, started: float | None = None,
             split_attention: bool = True) -> tuple[RowCache, list[int], torch.Tensor]:
     """Steps 1 and 2 of the module doc for `rows`: reuse stored prefixes, prefill the tails.
 
-    The rows go into a new RowCache (`cache` None) or join a running one after its active rows
-    (grown as needed), with `room` free slots after each prompt; `keep_prompts`: store each prompt
-    that was not stored whole, at once (a request arriving while this one decodes reuses it);
-    `split_attention`: a prefix common to a group of rows is attended once for the group.
-    Returns (cache, order, logits):
-    the row in buffer row first + j is rows[order[j]], and logits[j] are its next-token logits.
+    The rows go into a new RowCache with `room` free slots after each prompt; `split_attention`: a
+    prefix common to a group of rows is attended once for the group. Returns (cache, order, logits):
+    the row in buffer row j is rows[order[j]], and logits[j] are its next-token logits.
     """
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
@@ -316,16 +312,11 @@ def prefill(model: Any, rows: list[tuple[int, ...]], *, store: PrefixKVCache | N
         for i in order[a:b]:
             widths[i] = tails[order[a]]
     capacity = max(max(reused[i] + widths[i] for i in order), max(len(r) for r in rows) + room)
-    if cache is None:
-        cache, first = RowCache(model, len(rows), capacity), 0
-    else:  # join a running batch: the new rows go after the active ones
-        first = cache.active
-        cache.grow(first + len(rows), capacity)
-        cache.active = first + len(rows)
+    cache = RowCache(model, len(rows), capacity)
     for slot, i in enumerate(order):
         key, n = prefixes[i]
         if key is not None:
-            cache.load(first + slot, store.get(key, n), n)
+            cache.load(slot, store.get(key, n), n)
     stats.other_s += time.perf_counter() - t0
 
     # 2. ragged prefill, group by group, chunk by chunk; keep the last column's logits
@@ -352,17 +343,11 @@ def prefill(model: Any, rows: list[tuple[int, ...]], *, store: PrefixKVCache | N
                 common = min(common_prefix_len([rows[i] for i in members]), min(reused[i] for i in members))
                 shared = common if common >= 32 else 0
             for c in range(0, width, chunk):
-                out = _forward(model, cache, ids[:, c : c + chunk], slots[:, c : c + chunk], first + a, dtype,
+                out = _forward(model, cache, ids[:, c : c + chunk], slots[:, c : c + chunk], a, dtype,
                                eager_mask, shared)
         last_logits.append(out)
     logits = torch.cat(last_logits)
     stats.prefill_s += time.perf_counter() - t1
-    if keep_prompts and store is not None:
-        t2 = time.perf_counter()
-        for slot, i in enumerate(order):
-            if len(rows[i]) - reused[i] > store.min_tokens:
-                store.put(rows[i], cache.export(first + slot, len(rows[i])))
-        stats.other_s += time.perf_counter() - t2
     return cache, order, logits
 
 

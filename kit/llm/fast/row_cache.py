@@ -100,21 +100,6 @@ class RowCache(Cache):
             layer.keys[row, :, :length].copy_(k[0, :, :length])
             layer.values[row, :, :length].copy_(v[0, :, :length])
 
-    def grow(self, rows: int, capacity: int) -> None:
-        """Make room for at least `rows` buffer rows of `capacity` slots (new buffers, the active
-        rows copied over; with headroom, so a batch that keeps growing is not copied every time)."""
-        if rows <= self.rows and capacity <= self.capacity:
-            return
-        rows = max(rows, self.rows)
-        capacity = max(capacity, self.capacity if capacity <= self.capacity else capacity + capacity // 4)
-        for layer in self.layers:
-            for name in ("keys", "values"):
-                old = getattr(layer, name)
-                new = old.new_zeros((rows, old.shape[1], capacity, old.shape[3]))
-                new[: self.active, :, : self.capacity] = old[: self.active]
-                setattr(layer, name, new)
-        self.rows, self.capacity = rows, capacity
-
     def export(self, row: int, length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Batch-1 copies of the first `length` slots of buffer row `row` (for the prefix store)."""
         return [(layer.keys[row : row + 1, :, :length].clone(), layer.values[row : row + 1, :, :length].clone())

@@ -1,0 +1,89 @@
+"""`kit bench rollout`'s arms on the embedded model, at a tiny size (no timing is asserted: these
+check that every arm does the same work and reports it, not how fast)."""
+
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kit.bench.rollout import ARMS, ArmResult, bench_arms, report_lines
+from kit.envs import load_domain
+from kit.errors import BadInput
+from kit.llm.types import SamplingParams
+from kit.rollout import RolloutConfig, run_episodes
+
+LINE = re.compile(r"(?P<arm>[\w-]+): (?P<tokens>\d+) tokens in [\d.]+ s, [\d.]+ tok/s, [\d.]+x the fastest transformers arm")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from kit.llm import make_backend
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield make_backend("embedded")
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("engine", ["generate", "generate_batch"])
+def test_transformers_engines_run_episodes_with_the_kits_rendering_and_token_ids(backend, engine):
+    """hf-generate / hf-generate-batch: transformers' generation behind the same Backend; the
+    completions carry the sampled ids, counted as the kit's path counts them."""
+    ref = backend.with_engine(engine)
+    assert (ref.engine, ref.tool_mode, ref.model) == (engine, backend.tool_mode, backend.model)
+    dom = load_domain("mock")
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    cfg = RolloutConfig(max_messages=4, seed=0, agent_params=params, user_params=params)
+    try:
+        trajs = run_episodes(dom, [dom.tasks()[0]] * 2, ref, ref, cfg, progress=False)
+    finally:
+        ref.close()
+    generated = [m for t in trajs for m in t.messages if m.meta.get("completion_tokens")]
+    assert {m.role for m in generated} == {"assistant", "user"}
+    for m in generated:
+        ids = m.meta["token_ids"]
+        assert 0 < len(ids) == m.meta["completion_tokens"] <= 8
+        assert m.meta["prompt_tokens"] > 100  # the rendered system prompt and policy
+    if engine == "generate":
+        assert ref.prefix_cache is None and not ref.fast_decode
+
+
+def test_unknown_engine_is_refused(backend):
+    with pytest.raises(ValueError, match="engine must be one of kit, generate, generate_batch"):
+        backend.with_engine("vllm")
+
+
+@pytest.mark.slow
+def test_bench_reports_one_line_per_arm_on_the_same_episodes(backend):
+    lines = []
+    results = bench_arms(backend, ARMS, group=2, max_messages=2, max_new_tokens=4, log=lines.append, repeat=1)
+    assert [r.arm for r in results] == list(ARMS)
+    assert all(r.error is None and r.tokens > 0 for r in results), results
+    report = report_lines(results)
+    assert [LINE.fullmatch(x).group("arm") for x in report] == list(ARMS)
+    assert [x.split(":")[0] for x in lines if x.startswith("repeat")] == ["repeat 1/1"] * len(ARMS)
+    assert sum(x.startswith("kit profile: prefill") for x in lines) == 1  # the kit engine's arms only
+    assert not any(x.startswith("hf-") and "profile" in x for x in lines)
+
+
+def test_a_failing_arm_is_reported_with_its_error_and_the_others_go_on(backend, monkeypatch):
+    from kit.llm.hf import HFBackend
+
+    def refuse(self, prompts, params, gen):
+        raise RuntimeError("no paged attention here")
+
+    monkeypatch.setattr(HFBackend, "_transformers_generate_batch", refuse)
+    results = bench_arms(backend, ["hf-generate-batch"], group=2, max_messages=2, max_new_tokens=4, log=None)
+    assert report_lines(results) == ["hf-generate-batch: failed: RuntimeError: no paged attention here"]
+    ok = ArmResult("kit", 100, 2.0)
+    assert report_lines([ok, ArmResult("hf-generate", 50, 2.0), results[0]])[0] == \
+        "kit: 100 tokens in 2.0 s, 50.0 tok/s, 2.00x the fastest transformers arm"
+    assert report_lines([ok]) == ["kit: 100 tokens in 2.0 s, 50.0 tok/s"]  # no transformers arm: no ratio
+
+
+def test_arms_are_checked_before_anything_runs():
+    for arms in ([], ["kit", "kit"], ["kit", "vllm"]):
+        with pytest.raises(BadInput, match="arms must be distinct names among"):
+            bench_arms(None, arms)
