@@ -4,7 +4,8 @@
 
 What it runs, each part timed and recorded (a failure is recorded and the next part still runs):
   1. env       torch / CUDA / GPU, and whether the optional `vllm` and `unsloth` imports work;
-  2. bench     `kit bench rollout` on CUDA: one group of G mock episodes, batched vs one at a time;
+  2. bench     `kit bench rollout`'s arms on CUDA: one group of G mock episodes through the kit's engine
+               (batched, one at a time) and transformers' generate / generate_batch;
   3. eval      pass^k of the embedded model on the 9 τ² mock tasks (4 trials), user-deviation rate;
   4. sft       agent SFT (kit.train.sft, TRL's SFTTrainer; Unsloth's path if importable) on CUDA, bf16;
   5. grpo      GRPO steps (kit.train.grpo) on CUDA from the SFT checkpoint against the raw user
@@ -39,7 +40,6 @@ def main() -> int:
     ap.add_argument("--vllm-memory", type=float, default=0.3, help="grpo_server: vLLM's gpu_memory_utilization")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--bench-steps", type=int, default=16)
-    ap.add_argument("--continuous", action="store_true", help="bench: batched run with continuous batching")
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--max-messages", type=int, default=16)
     ap.add_argument("--sft-data", default=None, help="sft_agent.jsonl from an engine run (default: gold mock dialogues)")
@@ -59,7 +59,8 @@ def main() -> int:
         t0 = time.perf_counter()
         print(f"\n===== {name} =====", flush=True)
         try:
-            results[name] = {"ok": True, **(fn() or {})}
+            res = fn() or {}
+            results[name] = {"ok": "skipped" if "skipped" in res else True, **res}  # a skip is said, not passed
         except Exception as e:  # noqa: BLE001 -- recorded, and the next part still runs
             traceback.print_exc()
             results[name] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
@@ -96,14 +97,16 @@ def main() -> int:
         return info
 
     def bench():
-        from kit.bench.rollout import bench_rollout
+        """`kit bench rollout`'s arms on CUDA: the kit's engine batched and one at a time, transformers'
+        batched generate and its continuous batching (generate_batch), the same episodes and seeds."""
+        from kit.bench.rollout import bench_arms, report_lines
         from kit.llm import make_backend
 
-        res = bench_rollout(make_backend("embedded"), "mock", 0, args.group, args.bench_steps, 64, 0,
-                            continuous=args.continuous)
-        print(res.line())
-        return {"line": res.line(), "batched_s": res.batched_s, "sequential_s": res.sequential_s,
-                "tokens": list(res.tokens), "speedup": res.speedup}
+        results = bench_arms(make_backend("embedded"), ("kit", "kit-sequential", "hf-generate", "hf-generate-batch"),
+                             "mock", 0, args.group, args.bench_steps, 64, 0)
+        lines = report_lines(results)
+        print("\n".join(lines))
+        return {"lines": lines}
 
     def gen():
         """Time the hf backend's batched generation alone (no episode loop), then HF's own generate."""
