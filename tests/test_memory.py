@@ -113,7 +113,7 @@ def test_every_gpu_recipe_fits_and_prints_its_estimate(recipe, with_config, tmp_
         monkeypatch.setenv(var, _folder(tmp_path, var, cfg))
     assert main(["run", str(recipe), "--validate"]) == 0
     out = capsys.readouterr().out
-    assert "memory per process (GiB): 32 GPU(s) x 140 GiB, ZeRO-2, rollout server on 8 other GPU(s)" in out
+    assert "memory per process (GiB): 8 GPU(s) x 140 GiB, ZeRO-2, rollout server on 8 other GPU(s)" in out
     rows = out.split("memory per process")[1].splitlines()
     for stage in ("sft_user", "sft_agent", "grpo"):
         line = next(x for x in rows if x.strip().startswith(stage + " "))
