@@ -3,7 +3,7 @@ declared hardware, so that `kit run --validate` can refuse a recipe that cannot 
 
 A GPU recipe declares its hardware as a mapping:
 
-    hardware: {kind: gpu, gpus: 32, gpu_memory_gib: 140, zero_stage: 2, rollout: server, rollout_gpus: 8,
+    hardware: {kind: gpu, gpus: 8, gpu_memory_gib: 140, zero_stage: 2, rollout: server, rollout_gpus: 8,
                model_family: qwen3-30b-a3b}
 
 The estimate, per training stage (sft_user, sft_agent, grpo) and per process (one process per GPU):
