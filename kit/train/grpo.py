@@ -360,9 +360,9 @@ class GRPOTrainer:
                 reason = "no_trainable_tokens"
             elif len(rows) < self.cfg.minibatches:
                 reason = "fewer_rows_than_minibatches"
-        # under `accelerate launch` every process takes part in the same backward passes: the step is
-        # skipped when no process has rows (or one has too few for its minibatches); a process whose
-        # share was all filtered while others train runs placeholder rows that contribute nothing
+        # Under `accelerate launch` every process takes part in the same backward passes. The step is
+        # skipped when no process has rows, or when one has fewer rows than minibatches. A process with
+        # no rows while others have some trains on _placeholder_rows(): zero-weight rows (loss x 0).
         nothing_here = reason in ("all_groups_filtered", "no_trainable_tokens")
         if self._all(nothing_here) or self._any(reason == "fewer_rows_than_minibatches"):
             reason = reason or "skipped_on_another_process"

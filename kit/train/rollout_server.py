@@ -61,7 +61,6 @@ class ServerPolicy:
                                      extra_body=extra)
         self.url = self.backend.base_url
         self.loaded: list[str] = []  # adapters loaded by us, oldest first
-        self.pushes = 0
 
     def _post(self, path: str, body: dict) -> str:
         import httpx
@@ -105,5 +104,4 @@ class ServerPolicy:
                     shutil.rmtree(stale, ignore_errors=True)
         self.acc.wait_for_everyone()
         self.backend.model = name
-        self.pushes += 1
         return name
