@@ -12,6 +12,11 @@ groups per `filter_mode` and draw fresh tasks in their place until B groups are 
 `resample_budget` extra tasks are spent; advantages (R - mean_G) / (std_G + eps) go to every
 token the agent sampled; token-level PPO-clip over all generated tokens of the batch (train mode).
 
+Where each part lives: this file drives a step; kit/train/grpo_groups.py draws tasks, rolls out
+and filters groups; kit/train/grpo_update.py builds rows and runs the PPO-clip minibatches;
+kit/train/grpo_math.py is the arithmetic; kit/train/processes.py what processes agree on under
+`accelerate launch`; kit/train/rollout_server.py the optional vLLM rollout server.
+
 Kept from the paper: group advantages with population std, checker reward in {0, 1}, no KL
 (`kl_coef` > 0 adds a k3 penalty to a frozen copy), token-level loss normalised over the batch's
 generated tokens, dynamic filtering of all-equal groups (the public AReaL "all_success" variant
@@ -46,16 +51,11 @@ Dropped, and why:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
-import math
-import random
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +67,17 @@ from kit.llm.types import SamplingParams
 from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
 from kit.train.grpo_config import GRPOConfig
-from kit.train.grpo_math import filter_groups, group_advantages, ppo_clip_loss
+from kit.train.grpo_groups import TaskDraws, collect_groups, episode_metrics
+from kit.train.grpo_update import placeholder_rows, policy_rows, ppo_update
 from kit.train.lora import merged_copy_state, prepare_for_training, trainable_parameters
-from kit.train.sequences import Row, sampler_logprobs, token_logprobs, trajectory_rows
+from kit.train.processes import Processes
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class _Group:
-    task: Any
-    trajs: list
-    rewards: list[float]
+# metrics over the whole batch, all processes together (each process's own stay under proc/)
+_SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, "train/rows", "train/tokens", "train/unmatched_turns",
+           "train/too_long_rows", "train/retokenized_turns")
+_EPISODE_MEANS = (M.REWARD_MEAN, M.PASS_RATE, M.USER_DEVIATION_RATE)
 
 
 class GRPOTrainer:
@@ -90,6 +89,9 @@ class GRPOTrainer:
     reward_fn(task, trajectory) -> float; rollout_fn(tasks, agent_backend, seed) -> trajectories.
     agent_system, tools: what the agent sees, when they are not the domain's.
     wandb_run: a W&B run to log each step's metrics to. accelerator: an accelerate.Accelerator.
+
+    A step (`step()`): kit.train.grpo_groups collects the kept groups, kit.train.grpo_update turns
+    them into rows and optimizer steps, then a rollout server (if any) gets the new weights.
     """
 
     def __init__(
@@ -124,6 +126,7 @@ class GRPOTrainer:
                            "and steps once, while DeepSpeed steps the optimizer inside every backward",
                            "launch the grpo stage without a DeepSpeed config (plain DDP: `launch: {num_processes: "
                            "N}`); with lora the frozen base weights fit on each GPU (kit run --validate estimates it)")
+        self.procs = Processes(self.acc)
         self.ref = None
         if self.cfg.kl_coef > 0:  # the initial policy, before any adapter is added
             self.ref = copy.deepcopy(model).eval().requires_grad_(False)
@@ -156,15 +159,9 @@ class GRPOTrainer:
             reward_fn = lambda task, traj: verify(domain, task, traj).reward
         self.reward_fn = reward_fn
         self.wandb_run = wandb_run
-        # tasks are drawn from one stream, the same on every process, then shared out (rank r takes
-        # groups r, r + W, ...): W processes train on the same global batch as one would
-        self.task_rng = random.Random(self.cfg.seed * 1000)
-        self.rng = random.Random(self.cfg.seed * 1000 + 1 + self.acc.process_index)  # this process's own draws
-        self._queue: list = []
-        self._local_queue: list = []
+        self.draws = TaskDraws(self.tasks, self.cfg.seed, self.acc.process_index)
         self.step_idx = 0
 
-    # -- rollouts -------------------------------------------------------------------------
     @property
     def user(self) -> Any:
         if self._user is None:
@@ -172,17 +169,6 @@ class GRPOTrainer:
 
             self._user = make_backend(self.cfg.user_model)
         return self._user
-
-    def _draw(self, n: int, local: bool = False) -> list:
-        """n tasks, without replacement within a pass over the shuffled task list; from the stream
-        every process shares, or (`local`) from this process's own (resampling)."""
-        rng, queue = (self.rng, self._local_queue) if local else (self.task_rng, self._queue)
-        out = []
-        while len(out) < n:
-            if not queue:
-                queue.extend(rng.sample(self.tasks, len(self.tasks)))
-            out.append(queue.pop())
-        return out
 
     def _rollout(self, tasks: list, seed: int) -> list:
         if self.rollout_fn is not None:
@@ -198,163 +184,21 @@ class GRPOTrainer:
         )
         return run_episodes(self.domain, tasks, self.sampler, self.user, rc, progress=False)
 
-    def _collect(self) -> tuple[list[_Group], list[_Group], dict]:
-        """Roll out this process's share of the B groups, filter, resample (from this process's own
-        stream, its share of the budget) until its share is kept or the budget is spent."""
-        c, G = self.cfg, self.cfg.group_size
-        W, r = self.acc.num_processes, self.acc.process_index
-        todo = self._draw(c.tasks_per_step)[r::W]
-        share = len(todo)
-        kept, seen, budget, rnd = [], [], c.resample_budget // W + (r < c.resample_budget % W), 0
-        budget0 = budget
-        self.policy.eval()
-        while todo:  # a process with no share (W > B) rolls out nothing
-            seed = ((c.seed * 1009 + self.acc.process_index) * 100_003 + self.step_idx) * 101 + rnd  # distinct per process
-            trajs = self._rollout([t for t in todo for _ in range(G)], seed=seed)
-            groups = []
-            for k, task in enumerate(todo):
-                ts = trajs[k * G : (k + 1) * G]
-                groups.append(_Group(task, ts, [float(self.reward_fn(task, t)) for t in ts]))
-            seen += groups
-            kept += [g for g, keep in zip(groups, filter_groups([g.rewards for g in groups], c.filter_mode)) if keep]
-            need = share - len(kept)
-            if need <= 0 or budget <= 0:
-                break
-            n = min(need, budget)
-            budget, rnd, todo = budget - n, rnd + 1, self._draw(n, local=True)
-        m = {M.GROUPS_RESAMPLES: budget0 - budget, M.GROUPS_KEPT: min(len(kept), share),
-             M.FILTERED_FRAC: 1.0 - len(kept) / len(seen) if seen else 0.0}
-        return kept[:share], seen, m
-
-    def _episode_metrics(self, seen: list[_Group]) -> dict:
-        rewards = [r for g in seen for r in g.rewards]
-        trajs = [t for g in seen for t in g.trajs]
-        mean = sum(rewards) / len(rewards)
-        m = {"proc/episodes": float(len(rewards)),
-            M.REWARD_MEAN: mean,
-            M.REWARD_STD: math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
-            M.PASS_RATE: sum(r >= 1.0 for r in rewards) / len(rewards),
-            "episode/turns_mean": sum(sum(x.role == "assistant" and "completion_tokens" in x.meta for x in t.messages)
-                                      for t in trajs) / len(trajs),
-            "episode/tokens_mean": sum(sum(x.meta.get("completion_tokens") or 0 for x in t.messages
-                                           if x.role == "assistant") for t in trajs) / len(trajs),
-        }
-        for reason, n in Counter(t.termination_reason for t in trajs).items():
-            m[f"termination/{reason}"] = n / len(trajs)
-        if self.domain is not None:  # user fidelity is defined on tau2 tasks
-            from kit.rollout.fidelity import user_deviations
-
-            dev = [bool(user_deviations(g.task, t, goal_reached=r >= 1.0))
-                   for g in seen for t, r in zip(g.trajs, g.rewards)]
-            m[M.USER_DEVIATION_RATE] = sum(dev) / len(dev)
-        return m
-
-    # -- update ---------------------------------------------------------------------------
-    def _rows(self, kept: list[_Group]) -> tuple[list[Row], dict]:
-        advs = group_advantages([g.rewards for g in kept], scope=self.cfg.adv_scope)
-        rows, unmatched, too_long = [], 0, 0
-        retokenize = self.server is not None and not self.cfg.server_token_ids
-        for gi, (g, adv) in enumerate(zip(kept, advs)):
-            for traj, a in zip(g.trajs, adv):
-                rs, u = trajectory_rows(self.backend, traj, self.system, self.tools, a, gi, retokenize=retokenize)
-                unmatched += u
-                for r in rs:
-                    if self.cfg.max_seq_tokens and len(r.ids) > self.cfg.max_seq_tokens:
-                        too_long += 1
-                    else:
-                        rows.append(r)
-        return rows, {"train/rows": len(rows), "train/unmatched_turns": unmatched, "train/too_long_rows": too_long,
-                      "train/tokens": sum(sum(r.mask) for r in rows),
-                      "train/retokenized_turns": sum(r.retokenized for r in rows),
-                      "train/sampler_logprob_rows": sum(r.logprobs is not None for r in rows)}
-
-    def _placeholder_rows(self) -> list[Row]:
-        """Rows for a process whose share of the batch was all filtered while others train: under
-        DDP it must still run the same backward passes; its loss is multiplied by 0 (group -1)."""
-        return [Row([self.backend.pad_id] * 2, [0, 1], 0.0, -1) for _ in range(self.cfg.minibatches)]
-
-    def _update(self, rows: list[Row]) -> tuple[dict, str | None]:
-        c = self.cfg
-        pad = self.backend.pad_id
-        rows = sorted(rows, key=lambda r: len(r.ids))  # micro-batches of similar length pad less
-        order = list(range(len(rows)))
-        self.rng.shuffle(order)
-        mbs = [sorted(order[i :: c.minibatches]) for i in range(c.minibatches)]  # step() checked len(rows)
-        micro = [[[rows[j] for j in mb[s : s + c.micro_batch_size]] for s in range(0, len(mb), c.micro_batch_size)]
-                 for mb in mbs]
-        self.model.train()
-        old = ref = None
-        with torch.no_grad():
-            if c.minibatches > 1:  # later minibatches are off-policy: fix the sampling policy's log-probs now
-                old = [[token_logprobs(self.model, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
-            if self.ref is not None:
-                ref = [[token_logprobs(self.ref, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
-        out = {M.LOSS: 0.0, M.CLIP_FRAC: 0.0, "approx_kl": 0.0, M.GRAD_NORM: 0.0, **({"kl_ref": 0.0} if ref is not None else {})}
-        tokens, applied = 0.0, 0
-        # DDP averages gradients over the W processes: each normalises by the tokens (or rows) of the
-        # whole batch, all processes together, and scales by W, so W processes compute the gradient
-        # one process would on the same global batch
-        W = self.acc.num_processes
-        for b, mb in enumerate(micro):
-            total = self._sum(float(sum(sum(r.mask) for mi in mb for r in mi if r.group >= 0)))
-            seqs = self._sum(float(sum(r.group >= 0 for mi in mb for r in mi)))
-            self.opt.zero_grad(set_to_none=True)
-            bad = False
-            for k, mi in enumerate(mb):
-                sync = contextlib.nullcontext() if k == len(mb) - 1 else self.acc.no_sync(self.model)
-                with sync:
-                    logp, mask = token_logprobs(self.model, mi, pad, c.temperature)
-                    adv = torch.tensor([r.advantage for r in mi], dtype=logp.dtype, device=logp.device)
-                    before = logp.detach() if old is None else old[b][k]
-                    behaviour = sampler_logprobs(mi, before)  # a server's log-probs, where it gave them
-                    loss, st = ppo_clip_loss(
-                        logp, before if behaviour is None else behaviour, adv, mask, c.clip_eps, c.kl_coef,
-                        None if ref is None else ref[b][k], c.loss_norm, total_tokens=max(total, 1.0))
-                    if c.loss_norm == "sequence":
-                        loss = loss * len(mi) / max(seqs, 1.0)
-                    loss = loss * W
-                    if all(r.group < 0 for r in mi):
-                        loss = loss * 0.0
-                    if not torch.isfinite(loss):  # keep the backward (DDP peers wait on it), but of nothing
-                        bad, loss = True, (logp * 0.0).nan_to_num().sum()
-                    self.acc.backward(loss)
-                out[M.LOSS] += loss.item() / W / len(micro)
-                out["clip_frac"] += st["clip_frac"] * st["tokens"]
-                out["approx_kl"] += st["approx_kl"] * st["tokens"]
-                if ref is not None:
-                    out["kl_ref"] += st["kl_ref"] * st["tokens"]
-                tokens += st["tokens"]
-            if self._any(bad):
-                self.opt.zero_grad(set_to_none=True)
-                return {**out, M.LOSS: float("nan"), "train/minibatches_applied": applied}, "nan_loss"
-            gn = float(self.acc.clip_grad_norm_(self.model.parameters(), c.max_grad_norm))
-            if not math.isfinite(gn):
-                self.opt.zero_grad(set_to_none=True)
-                return {**out, "train/minibatches_applied": applied}, "nan_grad_norm"
-            out["grad_norm"] += gn / len(micro)
-            self.opt.step()
-            applied += 1
-        self.backend.invalidate()  # the sampler's cached prefix states belong to the old weights
-        for key in ("clip_frac", "approx_kl", "kl_ref"):
-            if key in out:
-                out[key] /= max(tokens, 1.0)
-        out["train/minibatches_applied"] = applied
-        return out, None
-
-    # -- the step -------------------------------------------------------------------------
     def step(self) -> dict:
         """One GRPO step; returns its metrics. A skipped step says why (`skip_reason`)."""
         t0 = time.perf_counter()
-        kept, seen, m = self._collect()
+        self.policy.eval()
+        kept, seen, m = collect_groups(self.draws, self.procs, self.cfg, self.step_idx, self._rollout, self.reward_fn)
         if seen:
-            m.update(self._episode_metrics(seen))
+            m.update(episode_metrics(seen, self.domain))
         m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": ""})
         m["time/rollout_s"] = time.perf_counter() - t0
         reason, rows = None, []
         if not kept:
             reason = "all_groups_filtered"
         else:
-            rows, rm = self._rows(kept)
+            retokenize = self.server is not None and not self.cfg.server_token_ids
+            rows, rm = policy_rows(self.backend, kept, self.cfg, self.system, self.tools, retokenize)
             m.update(rm)
             if not rows:
                 reason = "no_trainable_tokens"
@@ -362,15 +206,17 @@ class GRPOTrainer:
                 reason = "fewer_rows_than_minibatches"
         # Under `accelerate launch` every process takes part in the same backward passes. The step is
         # skipped when no process has rows, or when one has fewer rows than minibatches. A process with
-        # no rows while others have some trains on _placeholder_rows(): zero-weight rows (loss x 0).
+        # no rows while others have some trains on placeholder rows: zero-weight rows (loss x 0).
         nothing_here = reason in ("all_groups_filtered", "no_trainable_tokens")
-        if self._all(nothing_here) or self._any(reason == "fewer_rows_than_minibatches"):
+        if self.procs.all(nothing_here) or self.procs.any(reason == "fewer_rows_than_minibatches"):
             reason = reason or "skipped_on_another_process"
         else:
             if nothing_here:
-                rows, reason = self._placeholder_rows(), None
+                rows, reason = placeholder_rows(self.backend.pad_id, self.cfg.minibatches), None
             t1 = time.perf_counter()
-            um, reason = self._update(rows)
+            um, reason = ppo_update(self.model, self.opt, self.acc, self.procs, rows, self.cfg,
+                                    self.backend.pad_id, self.draws.own, self.ref)
+            self.backend.invalidate()  # the sampler's cached prefix states belong to the old weights
             m.update(um)
             m["time/update_s"] = time.perf_counter() - t1
             if reason is None and self.server is not None:
@@ -380,7 +226,7 @@ class GRPOTrainer:
         if reason:
             m.update({"skipped": 1, "skip_reason": reason, f"skipped/{reason}": 1})
         m[M.STEP_TIME] = time.perf_counter() - t0
-        m.update(self._global(m))
+        m.update(self.procs.merge(m, _SUMMED, _EPISODE_MEANS))
         self._log(m)
         self.step_idx += 1
         return m
@@ -394,37 +240,6 @@ class GRPOTrainer:
             if on_step is not None:
                 on_step(history[-1])
         return history
-
-    def _sum(self, x: float) -> float:
-        """`x` summed over all processes (no communication with a single process)."""
-        if self.acc.num_processes == 1:
-            return x
-        t = torch.tensor([float(x)], dtype=torch.float64, device=self.acc.device)
-        return float(self.acc.reduce(t, reduction="sum").item())
-
-    def _any(self, flag: bool) -> bool:
-        """True if `flag` is set on any process."""
-        return self._sum(float(flag)) > 0
-
-    def _all(self, flag: bool) -> bool:
-        """True if `flag` is set on every process."""
-        return self._sum(float(flag)) >= self.acc.num_processes
-
-    # metrics over the whole batch, all processes together (each process's own stay under proc/)
-    _SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, "train/rows", "train/tokens", "train/unmatched_turns",
-               "train/too_long_rows", "train/retokenized_turns")
-    _EPISODE_MEANS = (M.REWARD_MEAN, M.PASS_RATE, M.USER_DEVIATION_RATE)
-
-    def _global(self, m: dict) -> dict:
-        if self.acc.num_processes == 1:
-            return {}
-        out = {f"proc/{k}": m[k] for k in self._SUMMED + self._EPISODE_MEANS if k in m}
-        for k in self._SUMMED:
-            out[k] = self._sum(m.get(k, 0.0))
-        episodes = self._sum(m.get("proc/episodes", 0.0))
-        for k in self._EPISODE_MEANS:  # weighted by each process's episodes
-            out[k] = self._sum(m.get(k, 0.0) * m.get("proc/episodes", 0.0)) / max(episodes, 1.0)
-        return {**out, "proc/count": self.acc.num_processes}
 
     def _log(self, m: dict) -> None:
         if not self.acc.is_main_process:

@@ -1,0 +1,111 @@
+"""GRPO's groups: which tasks a step samples, their G episodes each, rewards, dynamic filtering.
+
+    draws = TaskDraws(tasks, seed=0, process_index=0)
+    kept, seen, m = collect_groups(draws, procs, cfg, step_idx, rollout, reward_fn)
+    m.update(episode_metrics(seen, domain))
+
+Under `accelerate launch` W processes train on the same global batch one process would: every
+process draws the same B tasks from one shared stream and takes groups r, r + W, ...; resampling
+after filtering draws from the process's own stream and spends its share of `resample_budget`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kit import metrics as M
+from kit.train.grpo_config import GRPOConfig
+from kit.train.grpo_math import filter_groups
+from kit.train.processes import Processes
+
+
+@dataclass
+class Group:
+    task: Any
+    trajs: list
+    rewards: list[float]
+
+
+class TaskDraws:
+    """Tasks without replacement within a pass over the shuffled list, from the stream every process
+    shares (`shared`) or from this process's own (`own`, also the process's other randomness)."""
+
+    def __init__(self, tasks: list, seed: int, process_index: int = 0):
+        self.tasks = list(tasks)
+        self.shared = random.Random(seed * 1000)
+        self.own = random.Random(seed * 1000 + 1 + process_index)
+        self._queues: dict[bool, list] = {False: [], True: []}
+
+    def draw(self, n: int, own: bool = False) -> list:
+        rng, queue = (self.own if own else self.shared), self._queues[own]
+        out = []
+        while len(out) < n:
+            if not queue:
+                queue.extend(rng.sample(self.tasks, len(self.tasks)))
+            out.append(queue.pop())
+        return out
+
+
+def collect_groups(
+    draws: TaskDraws,
+    procs: Processes,
+    cfg: GRPOConfig,
+    step_idx: int,
+    rollout: Callable[[list, int], list],
+    reward_fn: Callable[[Any, Any], float],
+) -> tuple[list[Group], list[Group], dict]:
+    """Roll out this process's share of the B groups (`rollout(tasks, seed)` -> one trajectory per
+    task, in order), score them, filter (`cfg.filter_mode`), resample until the share is kept or the
+    budget is spent. Returns (kept, every group seen, metrics)."""
+    c, G, W, r = cfg, cfg.group_size, procs.count, procs.index
+    todo = draws.draw(c.tasks_per_step)[r::W]
+    share = len(todo)
+    kept: list[Group] = []
+    seen: list[Group] = []
+    budget = budget0 = c.resample_budget // W + (r < c.resample_budget % W)
+    rnd = 0
+    while todo:  # a process with no share (W > B) rolls out nothing
+        seed = ((c.seed * 1009 + r) * 100_003 + step_idx) * 101 + rnd  # distinct per process, step, round
+        trajs = rollout([t for t in todo for _ in range(G)], seed)
+        groups = [Group(task, trajs[k * G : (k + 1) * G], [float(reward_fn(task, t)) for t in trajs[k * G : (k + 1) * G]])
+                  for k, task in enumerate(todo)]
+        seen += groups
+        kept += [g for g, keep in zip(groups, filter_groups([g.rewards for g in groups], c.filter_mode)) if keep]
+        need = share - len(kept)
+        if need <= 0 or budget <= 0:
+            break
+        n = min(need, budget)
+        budget, rnd, todo = budget - n, rnd + 1, draws.draw(n, own=True)
+    m = {M.GROUPS_RESAMPLES: budget0 - budget, M.GROUPS_KEPT: min(len(kept), share),
+         M.FILTERED_FRAC: 1.0 - len(kept) / len(seen) if seen else 0.0}
+    return kept[:share], seen, m
+
+
+def episode_metrics(seen: list[Group], domain: Any = None) -> dict:
+    """Reward, pass rate, turns, tokens and termination reasons of every episode rolled out (kept or
+    filtered); the user simulator's deviation rate with a tau2 `domain`."""
+    rewards = [r for g in seen for r in g.rewards]
+    trajs = [t for g in seen for t in g.trajs]
+    mean = sum(rewards) / len(rewards)
+    m = {"proc/episodes": float(len(rewards)),
+         M.REWARD_MEAN: mean,
+         M.REWARD_STD: math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
+         M.PASS_RATE: sum(r >= 1.0 for r in rewards) / len(rewards),
+         "episode/turns_mean": sum(sum(x.role == "assistant" and "completion_tokens" in x.meta for x in t.messages)
+                                   for t in trajs) / len(trajs),
+         "episode/tokens_mean": sum(sum(x.meta.get("completion_tokens") or 0 for x in t.messages
+                                        if x.role == "assistant") for t in trajs) / len(trajs),
+         }
+    for reason, n in Counter(t.termination_reason for t in trajs).items():
+        m[f"termination/{reason}"] = n / len(trajs)
+    if domain is not None:  # user fidelity is defined on tau2 tasks
+        from kit.rollout.fidelity import user_deviations
+
+        dev = [bool(user_deviations(g.task, t, goal_reached=r >= 1.0)) for g in seen for t, r in zip(g.trajs, g.rewards)]
+        m[M.USER_DEVIATION_RATE] = sum(dev) / len(dev)
+    return m

@@ -1,0 +1,121 @@
+"""GRPO's update: kept groups -> training rows with group-relative advantages -> PPO-clip steps.
+
+    rows, m = policy_rows(backend, kept, cfg, system, tools)
+    metrics, failed = ppo_update(model, opt, accelerator, procs, rows, cfg, pad_id, rng, ref=None)
+
+The loss is token-level over the batch's generated tokens (kit.train.grpo_math.ppo_clip_loss),
+accumulated over micro-batches and stepped once per minibatch (`cfg.minibatches`). Under DDP each
+process normalises by the tokens (or rows) of the whole batch, all processes together, and scales
+by W, which DDP's gradient averaging undoes: W processes compute the gradient one would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+from typing import Any
+
+import torch
+
+from kit import metrics as M
+from kit.train.grpo_config import GRPOConfig
+from kit.train.grpo_groups import Group
+from kit.train.grpo_math import group_advantages, ppo_clip_loss
+from kit.train.processes import Processes
+from kit.train.sequences import Row, sampler_logprobs, token_logprobs, trajectory_rows
+
+
+def policy_rows(backend: Any, kept: list[Group], cfg: GRPOConfig, system: str, tools: list[dict] | None,
+                retokenize: bool = False) -> tuple[list[Row], dict]:
+    """One row per generated assistant turn of every kept episode, carrying its episode's advantage;
+    rows over `cfg.max_seq_tokens` are dropped and counted."""
+    advs = group_advantages([g.rewards for g in kept], scope=cfg.adv_scope)
+    rows, unmatched, too_long = [], 0, 0
+    for gi, (g, adv) in enumerate(zip(kept, advs)):
+        for traj, a in zip(g.trajs, adv):
+            rs, u = trajectory_rows(backend, traj, system, tools, a, gi, retokenize=retokenize)
+            unmatched += u
+            for r in rs:
+                if cfg.max_seq_tokens and len(r.ids) > cfg.max_seq_tokens:
+                    too_long += 1
+                else:
+                    rows.append(r)
+    return rows, {"train/rows": len(rows), "train/unmatched_turns": unmatched, "train/too_long_rows": too_long,
+                  "train/tokens": sum(sum(r.mask) for r in rows),
+                  "train/retokenized_turns": sum(r.retokenized for r in rows),
+                  "train/sampler_logprob_rows": sum(r.logprobs is not None for r in rows)}
+
+
+def placeholder_rows(pad_id: int, n: int) -> list[Row]:
+    """Rows for a process whose share of the batch was all filtered while others train: under DDP it
+    must still run the same backward passes; its loss is multiplied by 0 (group -1)."""
+    return [Row([pad_id] * 2, [0, 1], 0.0, -1) for _ in range(n)]
+
+
+def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row], cfg: GRPOConfig, pad: int,
+               rng: random.Random, ref: Any = None) -> tuple[dict, str | None]:
+    """`cfg.minibatches` optimizer steps over `rows` (at least that many, the caller checks).
+    Returns (metrics, None), or (metrics, reason) when a non-finite loss or gradient norm stopped
+    it (that minibatch's gradients are dropped, earlier minibatches stay applied)."""
+    c = cfg
+    rows = sorted(rows, key=lambda r: len(r.ids))  # micro-batches of similar length pad less
+    order = list(range(len(rows)))
+    rng.shuffle(order)
+    mbs = [sorted(order[i :: c.minibatches]) for i in range(c.minibatches)]
+    micro = [[[rows[j] for j in mb[s : s + c.micro_batch_size]] for s in range(0, len(mb), c.micro_batch_size)]
+             for mb in mbs]
+    model.train()
+    old = refs = None
+    with torch.no_grad():
+        if c.minibatches > 1:  # later minibatches are off-policy: fix the sampling policy's log-probs now
+            old = [[token_logprobs(model, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
+        if ref is not None:
+            refs = [[token_logprobs(ref, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
+    out = {M.LOSS: 0.0, M.CLIP_FRAC: 0.0, "approx_kl": 0.0, M.GRAD_NORM: 0.0, **({"kl_ref": 0.0} if refs is not None else {})}
+    tokens, applied = 0.0, 0
+    W = procs.count
+    for b, mb in enumerate(micro):
+        total = procs.sum(float(sum(sum(r.mask) for mi in mb for r in mi if r.group >= 0)))
+        seqs = procs.sum(float(sum(r.group >= 0 for mi in mb for r in mi)))
+        opt.zero_grad(set_to_none=True)
+        bad = False
+        for k, mi in enumerate(mb):
+            sync = contextlib.nullcontext() if k == len(mb) - 1 else acc.no_sync(model)
+            with sync:
+                logp, mask = token_logprobs(model, mi, pad, c.temperature)
+                adv = torch.tensor([r.advantage for r in mi], dtype=logp.dtype, device=logp.device)
+                before = logp.detach() if old is None else old[b][k]
+                behaviour = sampler_logprobs(mi, before)  # a server's log-probs, where it gave them
+                loss, st = ppo_clip_loss(
+                    logp, before if behaviour is None else behaviour, adv, mask, c.clip_eps, c.kl_coef,
+                    None if refs is None else refs[b][k], c.loss_norm, total_tokens=max(total, 1.0))
+                if c.loss_norm == "sequence":
+                    loss = loss * len(mi) / max(seqs, 1.0)
+                loss = loss * W
+                if all(r.group < 0 for r in mi):
+                    loss = loss * 0.0
+                if not torch.isfinite(loss):  # keep the backward (DDP peers wait on it), but of nothing
+                    bad, loss = True, (logp * 0.0).nan_to_num().sum()
+                acc.backward(loss)
+            out[M.LOSS] += loss.item() / W / len(micro)
+            out[M.CLIP_FRAC] += st["clip_frac"] * st["tokens"]
+            out["approx_kl"] += st["approx_kl"] * st["tokens"]
+            if refs is not None:
+                out["kl_ref"] += st["kl_ref"] * st["tokens"]
+            tokens += st["tokens"]
+        if procs.any(bad):
+            opt.zero_grad(set_to_none=True)
+            return {**out, M.LOSS: float("nan"), "train/minibatches_applied": applied}, "nan_loss"
+        gn = float(acc.clip_grad_norm_(model.parameters(), c.max_grad_norm))
+        if not math.isfinite(gn):
+            opt.zero_grad(set_to_none=True)
+            return {**out, "train/minibatches_applied": applied}, "nan_grad_norm"
+        out[M.GRAD_NORM] += gn / len(micro)
+        opt.step()
+        applied += 1
+    for key in (M.CLIP_FRAC, "approx_kl", "kl_ref"):
+        if key in out:
+            out[key] /= max(tokens, 1.0)
+    out["train/minibatches_applied"] = applied
+    return out, None
