@@ -80,7 +80,7 @@ def test_the_resample_budget_is_shared_out_over_the_processes():
         kept, seen, m = collect_groups(TaskDraws(TASKS, seed=0, process_index=rank), procs(rank, 2), cfg, 0,
                                        rollout, mixed_unless({t.id for t in TASKS}))
         assert m[M.GROUPS_RESAMPLES] == budget and kept == [] and len(seen) == 2 + budget
-        assert len(calls) == 1 + budget  # one resample round per task: one filtered group needs one
+        assert len(calls) == 2 and len(calls[1][0]) == budget * 2  # one round draws what the budget allows
 
 
 def test_the_resample_budget_runs_out_and_the_share_is_left_short():
