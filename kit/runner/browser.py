@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from kit.errors import UnknownName
+from kit.runner.run_data import Section, collect, run_folder
 from kit.runner.episodes import CAP, browser_data, engine_groups, episode_status, eval_group, sample_keys
 
 
@@ -327,8 +328,6 @@ def render_fragment(payload: dict) -> str:
 
 def episode_section(data: dict, cap: Optional[int] = CAP):
     """The report's 'Episodes' section (kit.runner.report.build_report); the payload goes to data['browser']."""
-    from kit.runner.report import Section
-
     sec = Section("Episodes")
     try:
         payload = browser_data(data, cap)
@@ -436,8 +435,6 @@ def view(run_dir: str | Path, arm: Optional[str] = None, task: Optional[str] = N
     evaluation), the first episode of --task (default: any task) that is `status` (failed by default),
     else the first episode at all; episodes in the browser's task order. Raises a kit.errors.UserError naming what
     exists when nothing matches."""
-    from kit.runner.report import collect, run_folder
-
     run_dir = run_folder(run_dir)
     data = collect(run_dir)
     found = _find_groups(data, arm)
