@@ -68,12 +68,9 @@ def is_user_error(e: BaseException) -> bool:
 
 
 def user_error_names() -> set[str]:
-    """Class names of every user error (for telling a failed notebook's user error, known only by
-    its exception's name, from a bug)."""
-    import kit.files  # noqa: F401  (BadLine)
-    import kit.llm.openai_backend  # noqa: F401  (EndpointError)
-    import kit.runner.recipe  # noqa: F401  (RecipeError)
-
+    """Class names of every user error loaded so far (for telling a failed notebook's user error,
+    known only by its exception's name, from a bug). The caller imports the modules that declare
+    the ones it may meet (kit.runner.execute does: this module imports nothing of the kit)."""
     names, todo = set(), [UserError]
     while todo:
         cls = todo.pop()

@@ -71,3 +71,20 @@ def test_a_dead_endpoint_is_a_user_error(capsys, tmp_path, monkeypatch):
                  "--limit", "1", "--trials", "1"]) == 2
     err = capsys.readouterr().err
     assert f"error: {url}" in err and "fix: is the server running" in err and "Traceback" not in err, err
+
+
+def test_a_failed_stage_knows_every_user_error_by_name_and_kit_errors_imports_nothing_of_the_kit():
+    """A notebook's exception reaches `kit run` by its class name only (kit.runner.execute tells a user
+    error from a bug by it); kit.errors sits below every module, so it must not import them itself."""
+    import ast
+
+    import kit.errors
+    from kit.runner.execute import stage_user_error_names
+
+    names = stage_user_error_names()
+    assert {"UserError", "BadInput", "BadLine", "EndpointError", "RecipeError", "UnknownName", "NotFound"} <= names
+    tree = ast.parse(open(kit.errors.__file__).read())
+    kit_imports = [n.lineno for n in ast.walk(tree)
+                   if (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "kit" for a in n.names))
+                   or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "kit")]
+    assert kit_imports == [], f"kit/errors.py imports kit modules at lines {kit_imports}"

@@ -279,9 +279,7 @@ class Runner:
         m["status"], m["failed_stage"] = "failed", ps.key
         self._write_manifest(m)
         res.failed, res.manifest, res.wall_s = ps.key, m, time.perf_counter() - t0
-        from kit.errors import user_error_names
-
-        raise StageFailed(ps.key, log, msg, user_error=ename in user_error_names(), tail=tail)
+        raise StageFailed(ps.key, log, msg, user_error=ename in stage_user_error_names(), tail=tail)
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -389,10 +387,8 @@ class Runner:
                 res.failed, res.manifest, res.wall_s = ps.key, m, time.perf_counter() - t0
                 if isinstance(e, KeyboardInterrupt):
                     raise
-                from kit.errors import user_error_names
-
                 raise StageFailed(ps.key, out_nb, msg.splitlines()[0] if msg else "error",
-                                  user_error=getattr(e, "ename", None) in user_error_names()) from None
+                                  user_error=getattr(e, "ename", None) in stage_user_error_names()) from None
             info = mf.read_json(sdir / "stage.json") or {}
             wall = round(time.perf_counter() - t1, 1)
             if info.get("status") != "complete" or info.get("fingerprint") != fp:
@@ -446,3 +442,13 @@ def run_recipe(path: str | Path, run_id: Optional[str] = None, overrides: Option
     failing stage)."""
     recipe = load_recipe(path, overrides)
     return Runner(recipe, run_id, runs_dir, reports_dir, notebooks_dir, stream, force=force).run()
+
+
+def stage_user_error_names() -> set[str]:
+    """kit.errors.user_error_names() with every module loaded whose user errors a stage can raise."""
+    import kit.files  # noqa: F401  (BadLine)
+    import kit.llm.openai_backend  # noqa: F401  (EndpointError)
+    import kit.runner.recipe  # noqa: F401  (RecipeError)
+    from kit.errors import user_error_names
+
+    return user_error_names()
