@@ -1,5 +1,6 @@
-"""Evaluation on τ² task sets: pass^k (passk.py), the settings (config.py) and the episode runner
-(runner.py). Importing kit.eval imports neither tau2 nor a model until `evaluate` is used."""
+"""Evaluation on τ² task sets: pass^k (passk.py), the settings (config.py), the episode runner
+(runner.py) and what it writes (results.py). Importing kit.eval imports neither tau2 nor a model
+until `evaluate` is used."""
 
 from kit.eval.config import EvalConfig
 from kit.eval.passk import pass_hat_k, pass_k_table
@@ -8,8 +9,12 @@ __all__ = ["EvalConfig", "EvalResult", "evaluate", "load_tasks_file", "pass_hat_
 
 
 def __getattr__(name: str):
-    if name in ("EvalResult", "evaluate", "load_tasks_file"):
-        from kit.eval import runner
+    if name in ("EvalResult", "load_tasks_file"):
+        from kit.eval import results
 
-        return getattr(runner, name)
+        return getattr(results, name)
+    if name == "evaluate":
+        from kit.eval.runner import evaluate
+
+        return evaluate
     raise AttributeError(f"module 'kit.eval' has no attribute {name!r}")

@@ -13,90 +13,26 @@ records the model, the user simulator, sampling, trials and the tau2 version.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import pandas as pd
 
 from kit import metrics as M
 from kit._tau2 import TAU2_VERSION
 from kit.envs import load_domain
-from kit.files import BadLine, atomic_write, read_records
 from kit.eval.config import EvalConfig
 from kit.eval.leak import gold_action_keys, leak_report, training_action_keys, training_files
 from kit.eval.passk import pass1_interval, pass_k_table
+from kit.eval.results import EvalResult, done_pairs, load_tasks_file
 from kit.llm.types import SamplingParams
 from kit.rollout.fidelity import proper_end, request_stated, user_deviations
 from kit.rollout.loop import RolloutConfig, run_episodes, step_budget_warning
-from kit.trajectory import Trajectory
 from kit.verify import verify
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class EvalResult:
-    config: EvalConfig
-    episodes: pd.DataFrame
-    passk: dict[int, float]
-    meta: dict = field(default_factory=dict)
-
-    def summary_line(self) -> str:
-        n = self.episodes["task_id"].nunique() if len(self.episodes) else 0
-        return f"pass^1 {self.passk.get(1, float('nan')):.4f} (n={n}, trials={self.config.trials})"
-
-    def to_json(self) -> dict:
-        return {"passk": {str(k): v for k, v in self.passk.items()}, "meta": self.meta,
-                "config": self.config.model_dump(mode="json"), "episodes": self.episodes.to_dict(orient="records")}
-
-    def write(self, out: str | Path) -> None:
-        """eval.json (everything) and episodes.csv (one row per episode) into the folder `out`."""
-        out = Path(out)
-        atomic_write(out / "eval.json", json.dumps(self.to_json(), indent=2, default=str))
-        self.episodes.to_csv(out / "episodes.csv", index=False)
-
-
-def load_tasks_file(path: str) -> list:
-    """tau2 Tasks from a JSON list or JSONL file; a bad entry names its position and field."""
-    from tau2.data_model.tasks import Task
-
-    if not Path(path).is_file():
-        from kit.errors import NotFound
-
-        raise NotFound(f"task file not found: {path}", "give a JSON list or JSONL file of tau2 Task objects "
-                       "(`kit export` writes some), or a --split")
-    tasks = []
-    where, records = read_records(path)
-    for pos, data in records:
-        if isinstance(data, BadLine):
-            raise data from None
-        try:
-            tasks.append(Task.model_validate(data))
-        except Exception as e:
-            errs = getattr(e, "errors", lambda: [])()
-            field_ = ".".join(str(p) for p in errs[0]["loc"]) if errs else "?"
-            from kit.errors import BadInput
-
-            raise BadInput(f"{path} {where} {pos}: invalid Task field '{field_}': {errs[0]['msg'] if errs else e}",
-                           "each entry is a tau2 Task (id, user_scenario, evaluation_criteria)") from None
-    return tasks
-
-
-def _done_pairs(path: Path, record: type = Trajectory) -> dict[tuple[str, int], Any]:
-    """(task id, trial) -> finished episode of a JSONL file of `record`s (kit Trajectory or tau2 SimulationRun)."""
-    done = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                t = record.model_validate_json(line)
-            except Exception:
-                continue  # a torn last line from a killed run: that episode reruns
-            done[(t.task_id, t.trial or 0)] = t
-    return done
 
 
 def _rate(col: pd.Series) -> Optional[float]:
@@ -161,7 +97,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     traj_path = out / "trajectories.jsonl" if out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    done = _done_pairs(traj_path) if traj_path else {}
+    done = done_pairs(traj_path) if traj_path else {}
     todo = [(t, k) for t in tasks for k in range(cfg.trials) if (t.id, k) not in done]
     t0 = time.perf_counter()
     trajs = dict(done)

@@ -73,9 +73,9 @@ def litellm_model(spec: str, check: bool = True) -> tuple[str, dict]:
 def _load_done(path: Path) -> dict:
     from tau2.data_model.simulation import SimulationRun
 
-    from kit.eval.runner import _done_pairs
+    from kit.eval.results import done_pairs
 
-    return _done_pairs(path, SimulationRun)
+    return done_pairs(path, SimulationRun)
 
 
 def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_endpoint: str,
@@ -155,7 +155,7 @@ def evaluate_config(cfg, agent=None, user=None):
     import pandas as pd
 
     from kit.envs import load_domain
-    from kit.eval.runner import EvalResult, load_tasks_file
+    from kit.eval.results import EvalResult, load_tasks_file
 
     if agent is not None or user is not None:
         raise ValueError("protocol='tau2' drives tau2's own LLMAgent/UserSimulator through litellm: "

@@ -11,7 +11,7 @@ request stated, proper end).
 
 Where each comes from, read back with the kit's own readers and models:
   - an evaluation (kit/eval/runner.py writes eval.json and trajectories.jsonl, not the verdicts):
-    trajectories through `kit.eval.runner._done_pairs` (the pairs the evaluation scored), the tasks as
+    trajectories through `kit.eval.results.done_pairs` (the pairs the evaluation scored), the tasks as
     the evaluation loaded them, and the verdict, deviations and attribution recomputed with the
     functions the evaluation and the engine use (kit.verify.verify, kit.rollout.fidelity,
     kit.checkers.attribution.attribute). The verifier is deterministic; a recomputed reward that
@@ -123,7 +123,7 @@ def sample_keys(keys: list[tuple[str, int]], cap: Optional[int]) -> list[tuple[s
 def _eval_inputs(stage_dir: Path):
     """(EvalConfig, eval.json episode rows by (task, trial), trajectories by (task, trial)) of an evaluate stage."""
     from kit.eval.config import EvalConfig
-    from kit.eval.runner import _done_pairs
+    from kit.eval.results import done_pairs
     from kit.files import read_json
     from kit.stages import outputs_class
 
@@ -132,7 +132,7 @@ def _eval_inputs(stage_dir: Path):
     rows = {(r["task_id"], int(r.get("trial") or 0)): r for r in ev.get("episodes") or []}
     trajs: dict = {}
     if (stage_dir / "trajectories.jsonl").exists():
-        trajs = _done_pairs(stage_dir / "trajectories.jsonl")
+        trajs = done_pairs(stage_dir / "trajectories.jsonl")
     else:
         from kit.eval.tau2_native import SIM_FILE
 
@@ -142,14 +142,14 @@ def _eval_inputs(stage_dir: Path):
             from kit.trajectory import Trajectory
 
             trajs = {k: Trajectory.from_tau2(s, domain=cfg.domain) for k, s in
-                     _done_pairs(stage_dir / SIM_FILE, SimulationRun).items()}
+                     done_pairs(stage_dir / SIM_FILE, SimulationRun).items()}
     return cfg, rows, trajs
 
 
 def _eval_tasks(cfg) -> tuple[Any, dict]:
     """The domain and {task id: Task} as kit.eval.runner.evaluate loads them."""
     from kit.envs import load_domain
-    from kit.eval.runner import load_tasks_file
+    from kit.eval.results import load_tasks_file
 
     dom = load_domain(cfg.domain)
     tasks = load_tasks_file(cfg.tasks_file) if cfg.tasks_file else dom.tasks(cfg.split)

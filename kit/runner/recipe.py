@@ -633,7 +633,7 @@ def _budget_problem(ps: PlannedStage, plan: list[PlannedStage]) -> Optional[tupl
         from kit.envs import load_domain
 
         if p.get("tasks_file"):
-            from kit.eval.runner import load_tasks_file
+            from kit.eval.results import load_tasks_file
 
             tasks = load_tasks_file(p["tasks_file"])
         else:
