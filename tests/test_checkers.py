@@ -6,7 +6,7 @@ from kit.checkers.mutation import mutation_test
 from kit.envs import load_domain
 from kit.mutate import mutants
 from kit.replay import gold_trajectory, trajectory_from_actions
-from kit.trajectory import Message, Trajectory
+from kit.trajectory import Message, ToolCall, Trajectory
 
 
 def _first_user_action_task(dom):
@@ -56,6 +56,38 @@ def test_attribution_user_stops_before_the_goal():
         Message(role="user", content="Never mind. ###STOP###")])
     att = attribute(dom, task, traj)
     assert (att.label, att.rule) == ("user", "premature_stop")
+
+
+def test_a_user_who_stops_after_the_agent_said_it_was_done_is_not_blamed():
+    """The shape of 88 of laptop-repro's 120 held-out SFT-agent episodes: the agent looks the user up,
+    tells them the request is handled without writing anything, the user thanks it and stops. The
+    failure is the agent's (it never made the write), not a user deviation."""
+    from kit.rollout.fidelity import claims_done, user_deviations
+
+    dom = load_domain("mock")
+    task = next(t for t in dom.tasks() if any(a.name == "create_task" for a in t.evaluation_criteria.actions or []))
+    user_id = next(a.arguments["user_id"] for a in task.evaluation_criteria.actions if a.name == "create_task")
+    lookup = ToolCall(id="c0", name="get_users", arguments={})
+    traj = trajectory_from_actions(dom, task, [lookup], "Your request has been handled. Is there anything else?",
+                                   "user_stop", opening=f"Please create the task for {user_id}.",
+                                   closing="Thank you, that's all I needed. ###STOP###")
+    traj.meta["stop_signal"] = "stop"
+    assert [d.kind for d in user_deviations(task, traj, goal_reached=False)] == []
+    att = attribute(dom, task, traj)
+    assert (att.label, att.rule) == ("agent", "missing_action") and "told the user the request was done" in att.evidence
+    assert traj.messages[att.turn].content.startswith("Your request has been handled")
+    # the same stop after a question, or after an unhelpful answer, is still the user's
+    for said in ("Can you please specify the task id you're referring to?",
+                 "I'm not familiar with the specific task you're referring to."):
+        traj.messages[-2] = Message(role="assistant", content=said)
+        assert [d.kind for d in user_deviations(task, traj, goal_reached=False)] == ["premature_stop"]
+        assert (attribute(dom, task, traj).label, attribute(dom, task, traj).rule) == ("user", "premature_stop")
+    for done in ("Your request has been handled.", "I've created the task 'Report' for user_1.",
+                 "Task task_1 is now marked as completed.", "You're all set!", "The task was created successfully."):
+        assert claims_done(done), done
+    for not_done in ("Do you want task_1 marked as completed?", "Which task should I update?", "Hi! How can I help you today?",
+                     "I can create the task once you give me the title."):
+        assert not claims_done(not_done), not_done
 
 
 def test_attribution_agent_never_makes_a_required_action():

@@ -4,9 +4,11 @@ Executable rules first, in this order; the first that fires decides:
   task   gold_unreachable      the task's own gold actions do not earn reward 1
          gold_action_error     a gold action errors when executed from the initial state
   user   (kit/rollout/fidelity.py) an invented fact, an unasked tool call or a stop before
-         the goal, *before* the agent's first divergent action
+         the goal (not one right after the agent said it was done), *before* the agent's first
+         divergent action
   agent  wrong_write           the first agent write that matches no gold action
-         missing_action        a gold action the agent never made (first one, in gold order)
+         missing_action        a gold action the agent never made (first one, in gold order; the
+                               evidence says where the agent told the user it was done, if it did)
          missing_info          a fact the agent had to communicate and did not
          ended_early           the episode ended by a limit (max steps, too many errors)
 Only when no rule decides is an LLM attributor asked (if one is given); each label says which
@@ -21,7 +23,7 @@ from pydantic import BaseModel
 
 from kit.envs.domain import Domain
 from kit.replay import gold_trajectory
-from kit.rollout.fidelity import user_deviations
+from kit.rollout.fidelity import claims_done, user_deviations
 from kit.trajectory import Trajectory
 from kit.verify import Verdict, verify
 from kit.verify.actions import action_matches, check_actions
@@ -81,7 +83,10 @@ def attribute(domain: Domain, task, traj: Trajectory,
     missing = [c for c in check_actions((crit.actions if crit else None) or [], traj.messages) if not c["met"]]
     if missing:
         a = missing[0]["action"]
-        return Attribution(label="agent", rule="missing_action", evidence=f"never called {a['name']}({a['arguments']})")
+        claim = next((i for i, m in enumerate(traj.messages) if m.role == "assistant" and claims_done(m.content)), None)
+        said = f"; at message {claim} it told the user the request was done" if claim is not None else ""
+        return Attribution(label="agent", rule="missing_action", turn=claim,
+                           evidence=f"never called {a['name']}({a['arguments']}){said}")
     if v.communicate and not all(c["met"] for c in v.communicate):
         info = next(c["info"] for c in v.communicate if not c["met"])
         return Attribution(label="agent", rule="missing_info", evidence=f"never said {info!r}")

@@ -6,7 +6,9 @@ Per episode, each user turn is checked by code (no LLM):
   unrequested_tool   the user calls a tool its task never needs and the agent did not
                      ask for (domains with user tools, e.g. telecom)
   premature_stop     the user ends the dialogue (###STOP###) before the task's goal state
-                     is reached
+                     is reached, although the agent had not said the request was done (a
+                     user who stops after "Your request has been handled" believed the
+                     agent: that failure is the agent's, see `claims_done`)
   role_flip          the user talks like the agent ("how can I help you", "as an AI")
 The deviation rate (episodes with at least one flag) is what the paper's "fine-tune the
 user model first" argument is about: a deviating user zeroes rewards the agent earned.
@@ -29,6 +31,22 @@ from kit.trajectory import Trajectory
 _FACT = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+|#?\b(?=[A-Za-z_]*\d)[A-Za-z0-9_]{4,}\b|\$?\d+(?:\.\d+)?")
 _ROLE_FLIP = re.compile(r"how (can|may) i (help|assist) you|as an ai|i am an ai|i'm an ai assistant", re.I)
 _SMALL_NUMBERS = {str(i) for i in range(0, 11)}
+
+
+# the agent reports the request as carried out ("Your request has been handled", "I've created the
+# task", "Task t_1 is now marked as completed", "You're all set"); a question about what to do is not
+_DONE = re.compile(
+    r"\b(has|have) been (handled|done|completed|created|updated|processed|changed|cancell?ed|booked|"
+    r"marked|set|taken care of)\b|\bi(?:'ve| have) (handled|done|completed|created|updated|processed|changed|"
+    r"cancell?ed|booked|marked|set|added|made)\b|\b(is|are) now (marked|set|updated|created|cancell?ed|booked)\b|"
+    r"\ball set\b|\b(done|completed|created|updated|processed|changed|cancell?ed|booked|marked|added|handled) "
+    r"successfully\b|\bsuccessfully (handled|created|updated|completed|"
+    r"processed|changed|cancell?ed|booked|marked|added)\b", re.I)
+
+
+def claims_done(text: str | None) -> bool:
+    """Does this agent message tell the user their request has been carried out?"""
+    return bool(text) and _DONE.search(text) is not None
 
 
 @dataclass
@@ -72,7 +90,10 @@ def user_deviations(task, traj: Trajectory, goal_reached: bool | None = None) ->
     if (traj.termination_reason == "user_stop" and traj.meta.get("stop_signal") in (None, "stop")
             and goal_reached is False):
         last_user = max((i for i, m in enumerate(traj.messages) if m.role == "user"), default=0)
-        out.append(Deviation(last_user, "premature_stop", "user ended the dialogue before the goal state"))
+        told = next((m.content for m in reversed(traj.messages[:last_user]) if m.role == "assistant" and m.has_text()),
+                    None)
+        if not claims_done(told):  # stopping after the agent said it was done is what a user does
+            out.append(Deviation(last_user, "premature_stop", "user ended the dialogue before the goal state"))
     return out
 
 
