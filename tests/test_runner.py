@@ -450,6 +450,24 @@ def test_bootstrap_interval_brackets_pass1():
     assert lo < p < hi and 0 <= lo and hi <= 1 and hi - lo < 0.5
 
 
+def test_the_notebook_view_of_a_report_shows_every_section_and_points_to_the_episode_browser(tmp_path, monkeypatch):
+    """display_report (the report notebook) displays each section; the episode browser's page is not
+    copied into the notebook (a notebook would not run its scripts): a pointer to it is shown instead."""
+    import IPython.display
+    from _fake_run import fake_run
+
+    from kit.runner.report import build_report, display_report
+
+    rep = build_report(fake_run(tmp_path), tmp_path / "reports" / "fake", bootstrap=200)
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))  # IPython's, not ours
+    display_report(rep)
+    texts = [str(getattr(o, "data", "")) for o in shown]
+    assert [t for t in texts if t.startswith("## ")] == [f"## {s.title}" for s in rep.sections]
+    assert any(str(rep.html_path) in t and f"kit view {rep.run_id}" in t for t in texts), texts
+    assert not any("eb-data" in t for t in texts)  # the browser's data block stayed in the HTML page
+
+
 def test_report_has_every_section_figure_warning_and_the_papers_numbers(tmp_path):
     from _fake_run import fake_run
 

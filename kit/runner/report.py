@@ -550,7 +550,8 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
 
 
 def display_report(rep: Report) -> None:
-    """Show a report's sections inline in a notebook (tables, figures, warnings)."""
+    """Show a report's sections inline in a notebook (tables, figures, warnings; the episode browser as a
+    pointer to the HTML page, whose scripts a notebook would not run)."""
     from IPython.display import HTML, Image, Markdown, display
 
     for s in rep.sections:
@@ -564,6 +565,9 @@ def display_report(rep: Report) -> None:
                 display(HTML(_item_html(kind, value, rep.html_path.parent)))
             elif kind == "details":
                 display(HTML(_item_html(kind, value, rep.html_path.parent)))
+            elif kind == "html":  # the episode browser: a page of its own, not copied into the notebook
+                display(Markdown(f"The episodes are browsable in the report, `{rep.html_path}` (one self-contained "
+                                 f"page: filters, side by side); in a shell, `kit view {rep.run_id}`."))
 
 
 # ----- comparing finished runs -------------------------------------------------------------------
