@@ -162,6 +162,53 @@ def test_a_cap_keeps_whole_tasks_in_one_order_for_every_arm_and_counts_the_rest(
     assert [e["task_id"] for e in a["episodes"]] == [e["task_id"] for e in b["episodes"]]  # side by side works
 
 
+def test_a_tau2_protocol_evaluation_is_browsed_from_its_simulation_runs(tmp_path):
+    """`protocol: tau2` keeps tau2's SimulationRuns (kit.eval.tau2_native.SIM_FILE, one JSON line per episode, as
+    evaluate_tau2_native appends them) and no trajectories.jsonl: the browser reads those. The episodes here are
+    the scripted ones of `scripted_run`'s first arm, converted to SimulationRuns by kit.trajectory (no tau2 LLM run:
+    the test is about reading the file)."""
+    from kit.eval.config import EvalConfig
+    from kit.eval.results import EvalResult, done_pairs
+    from kit.eval.tau2_native import SIM_FILE
+    from kit.envs import load_domain
+
+    dom = load_domain("mock")
+    tasks = dom.tasks("heldout")[:3]
+    tasks_file = tmp_path / "tasks.json"
+    tasks_file.write_text(json.dumps([json.loads(t.model_dump_json()) for t in tasks]))
+    run = tmp_path / "runs" / "t2"
+    kit_entry = _evaluate_stage(run, "kit/evaluate", "kit", tasks_file, tasks[0], "kit protocol")
+    kit_dir = Path(kit_entry["executed_notebook"]).parent
+    st, entry = _stage(run, "evaluate", "tau2/evaluate", arm="tau2", params={"label": "tau2 protocol"})
+    with open(st.out_dir / SIM_FILE, "w", encoding="utf-8") as f:
+        for (task_id, trial), traj in done_pairs(kit_dir / "trajectories.jsonl").items():
+            sim = traj.to_tau2()
+            sim.trial = trial
+            f.write(sim.model_dump_json() + "\n")
+    ev = json.loads((kit_dir / "eval.json").read_text())
+    import pandas as pd
+
+    cfg = EvalConfig(domain="mock", tasks_file=str(tasks_file), trials=1, protocol="tau2", out_dir=str(st.out_dir),
+                     model="openai:http://127.0.0.1:9/v1#agent", user_model="openai:http://127.0.0.1:9/v1#user")
+    EvalResult(cfg, pd.DataFrame(ev["episodes"]), {int(k): v for k, v in ev["passk"].items()},
+               {**ev["meta"], "protocol": "tau2"}).write(st.out_dir)
+    st.finish(outputs_class("evaluate")(
+        files={"eval": str(st.out_dir / "eval.json"), "episodes": str(st.out_dir / "episodes.csv")},
+        label="tau2 protocol", passk=ev["passk"], model=cfg.model, user_model=cfg.user_model, tasks=3, trials=1))
+    assert not (st.out_dir / "trajectories.jsonl").exists()
+    write_json(run / "manifest.json", {"run_id": "t2", "recipe": {"path": "t2", "parsed": {"name": "t2"}},
+                                       "stages": [kit_entry, entry]})
+    g = {x["id"]: x for x in _payload(run)["groups"]}
+    kit_g, t2 = g["eval:kit/evaluate"], g["eval:tau2/evaluate"]
+    assert "note" not in t2 and t2["total"] == t2["shown"] == {"episodes": 3, "passed": 1, "failed": 2, "max_steps": 0}
+    for a, b in zip(kit_g["episodes"], t2["episodes"]):  # the same dialogues, verdicts and attributions
+        assert (a["task_id"], a["passed"], a["verdict"]["reward"]) == (b["task_id"], b["passed"], b["verdict"]["reward"])
+        assert a["attribution"] == b["attribution"] and b["note"] is None
+        assert [(m["role"], m.get("content")) for m in a["messages"]] == [(m["role"], m.get("content")) for m in b["messages"]]
+        assert [c["arguments"] for m in a["messages"] for c in m.get("calls") or []] == \
+            [c["arguments"] for m in b["messages"] for c in m.get("calls") or []]
+
+
 def test_engine_rounds_and_proposals(scripted_run):
     run, ids = scripted_run
     p = _payload(run)
