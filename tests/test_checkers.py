@@ -90,6 +90,20 @@ def test_a_user_who_stops_after_the_agent_said_it_was_done_is_not_blamed():
         assert not claims_done(not_done), not_done
 
 
+def test_a_gold_action_called_without_a_required_argument_is_the_agents_failed_call():
+    """From laptop-repro's episodes: create_task without its title matches the gold action by tau2's rule (the
+    call's own arguments agree), the tool answers with an error, nothing changes; no rule fired before."""
+    dom = load_domain("mock")
+    task = next(t for t in dom.tasks() if any(a.name == "create_task" for a in t.evaluation_criteria.actions or []))
+    gold = next(a for a in task.evaluation_criteria.actions if a.name == "create_task")
+    call = ToolCall(id="c1", name="create_task", arguments={"user_id": gold.arguments["user_id"]})
+    traj = trajectory_from_actions(dom, task, [call], "Your request has been handled.", "agent_stop")
+    assert traj.messages[-2].error  # executed for real: title is required
+    att = attribute(dom, task, traj)
+    assert (att.label, att.rule) == ("agent", "failed_call") and "title" in att.evidence
+    assert traj.messages[att.turn].tool_calls[0].id == "c1"
+
+
 def test_attribution_agent_never_makes_a_required_action():
     dom = load_domain("airline")
     task = next(t for t in dom.tasks() if t.evaluation_criteria.actions)
