@@ -90,7 +90,7 @@ def test_a_user_who_stops_after_the_agent_said_it_was_done_is_not_blamed():
         assert not claims_done(not_done), not_done
 
 
-def test_a_gold_action_called_without_a_required_argument_is_the_agents_failed_call():
+def test_a_gold_action_called_with_arguments_missing_is_the_agents_failed_call_or_missing_argument():
     """From laptop-repro's episodes: create_task without its title matches the gold action by tau2's rule (the
     call's own arguments agree), the tool answers with an error, nothing changes; no rule fired before."""
     dom = load_domain("mock")
@@ -102,6 +102,19 @@ def test_a_gold_action_called_without_a_required_argument_is_the_agents_failed_c
     att = attribute(dom, task, traj)
     assert (att.label, att.rule) == ("agent", "failed_call") and "title" in att.evidence
     assert traj.messages[att.turn].tool_calls[0].id == "c1"
+    # made, but without an argument the gold call has: the state differs, and it is said which
+    full = dict(gold.arguments)
+    left_out = next(k for k in full if k != "user_id" and k != "title") if len(full) > 2 else None
+    if left_out is None:  # a gold create_task with only user_id and title: give it a description to leave out
+        full["description"] = "Bring the slides"
+        left_out = "description"
+        task = task.model_copy(deep=True)
+        next(a for a in task.evaluation_criteria.actions if a.name == "create_task").arguments.update(full)
+    call = ToolCall(id="c2", name="create_task", arguments={k: v for k, v in full.items() if k != left_out})
+    traj = trajectory_from_actions(dom, task, [call], "Your request has been handled.", "agent_stop")
+    assert not traj.messages[-2].error
+    att = attribute(dom, task, traj)
+    assert (att.label, att.rule) == ("agent", "missing_argument") and left_out in att.evidence
 
 
 def test_attribution_agent_never_makes_a_required_action():

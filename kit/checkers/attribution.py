@@ -9,9 +9,9 @@ Executable rules first, in this order; the first that fires decides:
   agent  wrong_write           the first agent write that matches no gold action
          missing_action        a gold action the agent never made (first one, in gold order; the
                                evidence says where the agent told the user it was done, if it did)
-         failed_call           the agent's only calls of a gold action were answered with an error
-                               (tau2's action rule matches a call missing an argument; the state did
-                               not change)
+         failed_call           a gold action's only matching calls were answered with an error
+         missing_argument      ... or left out some of its arguments (tau2's action rule matches a
+                               call on the call's own arguments; the state differs)
          missing_info          a fact the agent had to communicate and did not
          ended_early           the episode ended by a limit (max steps, too many errors)
 Only when no rule decides is an LLM attributor asked (if one is given); each label says which
@@ -57,22 +57,33 @@ def _first_divergence(domain: Domain, task, traj: Trajectory) -> Optional[Attrib
     return None
 
 
-def _failed_gold_call(task, traj: Trajectory) -> Optional[Attribution]:
-    """The agent's first call that matches a gold action by tau2's rule (the call's own arguments agree with
-    the gold ones, so a call missing an argument matches) but was answered with an error, when no call of
-    that gold action succeeded: the action check passes, the state never changed."""
+def _partial_gold_call(task, traj: Trajectory) -> Optional[Attribution]:
+    """A gold action the action check counts as made although it was not: tau2's rule matches a call on
+    the call's own arguments, so a call missing an argument matches. The agent's first such call, when no
+    call made the action in full: answered with an error (`failed_call`, the state did not change) or
+    made without some of the gold arguments (`missing_argument`, the state differs)."""
     gold = (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []
     results = {m.tool_call_id: m for m in traj.messages if m.role == "tool"}
     calls = [(i, tc) for i, m in enumerate(traj.messages) if m.role == "assistant" for tc in m.tool_calls or []]
-    ok = lambda tc: tc.id in results and not results[tc.id].error  # noqa: E731
+    errored = lambda tc: tc.id in results and results[tc.id].error  # noqa: E731
     for a in gold:
-        if any(action_matches(a, tc) and ok(tc) for _, tc in calls):
+        keys = set(a.arguments) if a.compare_args is None else set(a.compare_args)
+        full = lambda tc: (tc.name == a.name and keys <= set(tc.arguments)  # noqa: E731
+                           and all(tc.arguments[k] == a.arguments.get(k) for k in keys))
+        if any(full(tc) and not errored(tc) for _, tc in calls):
             continue
         for i, tc in calls:
-            if action_matches(a, tc) and tc.id in results:
+            if not action_matches(a, tc):
+                continue
+            if errored(tc):
                 return Attribution(label="agent", rule="failed_call", turn=i, message=traj.messages[i].content,
                                    evidence=f"{tc.name}({tc.arguments}) was answered with an error: "
                                             f"{(results[tc.id].content or '')[:200]}")
+            missing = sorted(keys - set(tc.arguments))
+            if missing:
+                return Attribution(label="agent", rule="missing_argument", turn=i, message=traj.messages[i].content,
+                                   evidence=f"{tc.name}({tc.arguments}) left out {', '.join(missing)} "
+                                            f"(gold: {a.arguments})")
     return None
 
 
@@ -109,7 +120,7 @@ def attribute(domain: Domain, task, traj: Trajectory,
         said = f"; at message {claim} it told the user the request was done" if claim is not None else ""
         return Attribution(label="agent", rule="missing_action", turn=claim,
                            evidence=f"never called {a['name']}({a['arguments']}){said}")
-    failed = _failed_gold_call(task, traj)
+    failed = _partial_gold_call(task, traj)
     if failed is not None:
         return failed
     if v.communicate and not all(c["met"] for c in v.communicate):
