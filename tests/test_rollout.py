@@ -111,6 +111,23 @@ def test_bad_tool_calls_from_a_model_stay_scorable_by_tau2():
         assert same_verdict(kit, ref)
 
 
+def test_a_call_tau2_runs_although_the_kit_type_check_refuses_it_is_run_so_tau2_can_replay_the_episode():
+    """From a laptop-repro GRPO rollout that stopped the stage: update_task_status with a status outside the
+    tool's Literal. The kit's type check refused it, tau2's tool runs it (no type check), so tau2's replay of
+    the recorded error failed and the verifier raised ReplayError. Now the episode runs it as tau2 does."""
+    dom = load_domain("mock")
+    task = next(t for t in dom.tasks() if any(a.name == "update_task_status" for a in t.evaluation_criteria.actions or []))
+    task_id = next(a.arguments["task_id"] for a in task.evaluation_criteria.actions if a.name == "update_task_status")
+    raw = '<tool_call>{"name": "update_task_status", "arguments": {"task_id": "%s", "status": "rem_304"}}</tool_call>' % task_id
+    traj = run_episodes(dom, [task], TextModel(raw), ScriptedUser(task), RolloutConfig(max_messages=4), progress=False)[0]
+    tool = next(m for m in traj.messages if m.role == "tool")
+    assert not tool.error and "rem_304" in tool.content and "Input should be" in tool.meta["refused_by_kit"]
+    traj.termination_reason = "agent_stop"
+    kit, ref = verify(dom, task, traj).summary(), tau2_verdict("mock", task, traj)  # replays in both, no error
+    assert not ref.get("error"), ref
+    assert same_verdict(kit, ref) and kit["reward"] == 0.0
+
+
 def test_user_deviation_checks_flag_invented_facts_unasked_tools_and_early_stops():
     dom = load_domain("telecom")
     task = dom.tasks()[0]

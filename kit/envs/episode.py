@@ -36,6 +36,7 @@ class Observation:
     # For a call the kit refused: what tau2 itself returns when it replays the recorded call
     # (None when tau2 would have executed it). Trajectories keep it so tau2 can replay them.
     tau2_content: Optional[str] = None
+    refused_by_kit: Optional[str] = None  # the kit's type check refused the call, tau2 ran it (so it ran)
     # The arguments to record for this call (malformed JSON is kept under one marker key).
     recorded_arguments: Optional[dict] = None
 
@@ -109,7 +110,10 @@ class EpisodeEnv:
         trajectory stays scorable by tau2's evaluator: binding errors (unknown tool, unknown
         or missing argument, malformed JSON recorded under MALFORMED_KEY) fail before any
         tool body runs, so they are asked of this env directly; a wrong-type call is tried
-        in `scratch()` (a copy of this state) when given.
+        in `scratch()` (a copy of this state) when given, and where tau2 would run it (its
+        tools do not check types, e.g. a status outside the tool's Literal) it runs here too,
+        with `refused_by_kit` saying what the kit's check found: a trajectory tau2 cannot
+        replay would stop its evaluator (and GRPO's verifier).
         """
         obs = self._check_call(name, arguments, requestor)
         if obs is None:
@@ -125,6 +129,12 @@ class EpisodeEnv:
                     ref = other.execute(name, obs.recorded_arguments, requestor)
                     if ref.error and other.fingerprint() == before:
                         obs.tau2_content = ref.content
+                    else:  # tau2's tools do not check argument types (a status outside its Literal, say): tau2
+                        # runs this call, so the episode does too, or tau2 could not replay the trajectory
+                        refused = obs.content
+                        obs = self.execute(name, obs.recorded_arguments, requestor)
+                        obs.recorded_arguments = _recorded(arguments)
+                        obs.refused_by_kit = refused
             else:  # fails at argument binding in tau2 too: no tool body runs
                 obs.tau2_content = self.execute(name, obs.recorded_arguments, requestor).content
         if obs.error:

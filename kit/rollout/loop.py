@@ -138,6 +138,8 @@ def _tool_messages(ep: _Episode, domain: Domain, calls: list, requestor: str, tu
         meta = {"error_kind": obs.error_kind} if obs.error else {}
         if obs.tau2_content is not None:
             meta["tau2_content"] = obs.tau2_content
+        if obs.refused_by_kit is not None:
+            meta["refused_by_kit"] = obs.refused_by_kit
         out.append((tc, Message(role="tool", content=obs.content, tool_call_id=call_id, requestor=requestor,
                                 error=obs.error, turn_idx=turn, meta=meta)))
         if obs.error:
