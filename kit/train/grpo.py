@@ -206,7 +206,8 @@ class GRPOTrainer:
                 reason = "fewer_rows_than_minibatches"
         # Under `accelerate launch` every process takes part in the same backward passes. The step is
         # skipped when no process has rows, or when one has fewer rows than minibatches. A process with
-        # no rows while others have some trains on placeholder rows: zero-weight rows (loss x 0).
+        # no rows while others have some runs the same backward passes on rows whose loss is multiplied
+        # by 0 (kit.train.grpo_update.placeholder_rows), so its gradient contribution is exactly zero.
         nothing_here = reason in ("all_groups_filtered", "no_trainable_tokens")
         if self.procs.all(nothing_here) or self.procs.any(reason == "fewer_rows_than_minibatches"):
             reason = reason or "skipped_on_another_process"
