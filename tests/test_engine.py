@@ -34,6 +34,13 @@ from tau2.data_model.tasks import Action, EvaluationCriteria, Task, UserScenario
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def read_jsonl_csv(path):
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 # ----- parts -------------------------------------------------------------------------------------
 
 
@@ -137,7 +144,7 @@ def test_tool_patterns_keep_single_writes_at_least_as_common_as_pairs():
 
 
 def _unit(unit: str, rnd: int, proposals: list[dict], sft_agent: list[dict]) -> UnitResult:
-    return UnitResult(unit=unit, round=rnd, plan_id="plan0", proposals=proposals, accepted=[], episodes=[],
+    return UnitResult(unit=unit, round=rnd, plan_id="plan0", proposals=proposals, accepted=[], pools={}, episodes=[],
                       sft_agent=sft_agent, sft_user=[], sft_ungrounded=0, choice_fallbacks=0, wall_s=1.5)
 
 
@@ -202,7 +209,8 @@ def test_engine_config_names_the_bad_field(tmp_path):
 def mock_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("engine") / "mock"
     cfg = EngineConfig(domain="mock", out_dir=str(out), rounds=2, num_plans=2, tasks_per_plan=1, group_size=1,
-                       max_messages=4, max_new_tokens=32, user_max_new_tokens=32, llm_judge=False, wandb=False, seed=1)
+                       max_messages=4, max_new_tokens=32, user_max_new_tokens=32, llm_judge=False, wandb=False, seed=1,
+                       rl_share=0.5)
     return cfg, run_engine(cfg, progress=False)
 
 
@@ -226,8 +234,20 @@ def test_engine_run_writes_every_output_and_accepted_tasks_replay_to_reward_1(mo
     fails = read_jsonl(out / "failures.jsonl")
     assert len(fails) == sum(t["meta"]["reward"] < 1 for t in trajs)
     assert all(f["label"] in ("task", "agent", "user", "undetermined") for f in fails)
+    # two disjoint pools: every accepted task in exactly one; only the SFT pool's gold dialogues are SFT data
+    sft_pool = {r["task"]["id"] for r in read_jsonl(out / "sft_tasks.jsonl")}
+    rl_pool = {r["task"]["id"] for r in read_jsonl(out / "rl_tasks.jsonl")}
+    assert not sft_pool & rl_pool and sft_pool | rl_pool == {t["id"] for t in read_jsonl(out / "tasks.jsonl")}
+    rounds = read_jsonl_csv(out / "rounds.csv")
+    assert sum(int(r["sft_pool"]) for r in rounds) == len(sft_pool)
+    assert sum(int(r["rl_pool"]) for r in rounds) == len(rl_pool)
     sft = read_jsonl(out / "sft_agent.jsonl")
-    assert sum(s["meta"].get("source") == "gold" for s in sft) >= res.accepted  # gold dialogues, labelled
+    gold = [s for s in sft if s["meta"].get("source") == "gold"]
+    assert {s["task_id"] for s in gold} == sft_pool  # every SFT-pool task has its gold dialogue, no RL task has
+    from kit.eval.leak import leak_report, training_action_keys
+
+    rl_tasks = [r["task"] for r in read_jsonl(out / "rl_tasks.jsonl")]
+    assert leak_report(rl_tasks, training_action_keys([out / "sft_agent.jsonl"]))["n_overlap"] == 0
     plans1 = json.loads((out / "plans/round_1.json").read_text())
     assert all(p["history"] and p["history"][-1]["round"] == 0 for p in plans1)  # the reflector ran
     m = json.loads((out / "manifest.json").read_text())

@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from kit.checkers.checker import CheckedTask
+from kit.engine.pools import POOL_FILES
 from kit.engine.store import read_jsonl
 from kit.envs.domain import BUILTIN_DOMAINS, load_domain
 from kit.replay import gold_trajectory
@@ -30,8 +31,8 @@ def audit_run(out_dir: str | Path) -> dict:
     referee = "tau2" if domain.name in BUILTIN_DOMAINS else "kit"
     problems: list[str] = []
     tasks = [Task.model_validate(d) for d in read_jsonl(out / "tasks.jsonl")]
-    checked = [CheckedTask.model_validate(d) for d in read_jsonl(out / "rl_tasks.jsonl")]
-    for name, ids in (("tasks.jsonl", [t.id for t in tasks]), ("rl_tasks.jsonl", [c.task.id for c in checked]),
+    checked = [CheckedTask.model_validate(d) for name in POOL_FILES.values() for d in read_jsonl(out / name)]
+    for name, ids in (("tasks.jsonl", [t.id for t in tasks]), ("rl_tasks.jsonl + sft_tasks.jsonl", [c.task.id for c in checked]),
                       ("trajectories.jsonl", [d["id"] for d in read_jsonl(out / "trajectories.jsonl")])):
         dup = [i for i, n in Counter(ids).items() if n > 1]
         if dup:
@@ -44,7 +45,7 @@ def audit_run(out_dir: str | Path) -> dict:
     for t in tasks:
         c = by_id.get(t.id)
         if c is None or c.task != t or not c.checker.code:
-            problems.append(f"{t.id}: rl_tasks.jsonl has no matching task with a checker")
+            problems.append(f"{t.id}: neither pool (rl_tasks.jsonl, sft_tasks.jsonl) has a matching task with a checker")
         traj = gold_trajectory(domain, t)
         r = tau2_verdict(domain.name, t, traj)["reward"] if referee == "tau2" else verify(domain, t, traj).reward
         rewards[t.id] = r

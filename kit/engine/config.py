@@ -32,6 +32,10 @@ class EngineKnobs(BaseModel):
     explore_steps: int = Field(default=2, ge=0, description="Read calls the synthesizer makes before proposing.")
     max_repairs: int = Field(default=2, ge=0, description="Re-choices of a gold write that errors or changes nothing.")
     repair_scenario: bool = Field(default=True, description="Append known facts the model's prose dropped.")
+    rl_share: float = Field(default=0.33, ge=0.0, le=1.0, description="Share of accepted tasks that go to the RL "
+                            "pool (rl_tasks.jsonl: tasks + checkers for `grpo`) instead of the SFT pool "
+                            "(sft_tasks.jsonl; their gold dialogues are the SFT data); the pools are disjoint "
+                            "(kit/engine/pools.py). 0: every task is SFT data and GRPO falls back to a split.")
     gold_dialogues: bool = Field(default=True, description="Also write each accepted task's gold-replay dialogue "
                                  "to sft_agent.jsonl (meta.source = 'gold').")
     choice_temperature: float = Field(default=1.0, ge=0.0, description="Softmax temperature of constrained choices.")

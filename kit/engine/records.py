@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the store reads records without loading tau2
     from kit.verify import Verdict
 
 # The data files of a run, in the order a unit's lines are written (units.jsonl comes last: the commit).
-DATA_FILES = ("tasks.jsonl", "rl_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
+DATA_FILES = ("tasks.jsonl", "rl_tasks.jsonl", "sft_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
               "failures.jsonl", "proposals.jsonl")
 
 
@@ -45,6 +45,7 @@ class UnitResult:
     plan_id: str
     proposals: list[dict]              # proposals.jsonl rows: every attempt, its decisions and reasons
     accepted: list[CheckedTask]        # the tasks the validator accepted, with their checkers
+    pools: dict[str, str]              # accepted task id -> "sft" or "rl" (kit/engine/pools.py)
     episodes: list[Episode]            # group_size rollouts per accepted task
     sft_agent: list[dict]
     sft_user: list[dict]
@@ -56,7 +57,8 @@ class UnitResult:
         """Rows of each data file (DATA_FILES order): dicts, pydantic models or JSON strings."""
         return {
             "tasks.jsonl": [rec.task.model_dump_json(exclude_none=True) for rec in self.accepted],
-            "rl_tasks.jsonl": self.accepted,
+            "rl_tasks.jsonl": [rec for rec in self.accepted if self.pools[rec.task.id] == "rl"],
+            "sft_tasks.jsonl": [rec for rec in self.accepted if self.pools[rec.task.id] == "sft"],
             "trajectories.jsonl": [e.trajectory for e in self.episodes],
             "sft_agent.jsonl": self.sft_agent,
             "sft_user.jsonl": self.sft_user,
@@ -67,7 +69,9 @@ class UnitResult:
     def summary(self) -> dict:
         """The unit's units.jsonl fields (besides its id and line counts)."""
         return {"round": self.round, "plan": self.plan_id, "proposals": len(self.proposals),
-                "accepted": len(self.accepted), "episodes": len(self.episodes), "sft_agent": len(self.sft_agent),
+                "accepted": len(self.accepted),
+                "rl_pool": sum(p == "rl" for p in self.pools.values()),
+                "sft_pool": sum(p == "sft" for p in self.pools.values()), "episodes": len(self.episodes), "sft_agent": len(self.sft_agent),
                 "sft_user": len(self.sft_user), "sft_ungrounded": self.sft_ungrounded,
                 "choice_fallbacks": self.choice_fallbacks, "wall_s": self.wall_s}
 

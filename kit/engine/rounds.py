@@ -35,6 +35,8 @@ class RoundRow:
     built: int                      # proposals that became a task (before validation)
     accepted: int
     acceptance_rate: float
+    sft_pool: int                   # accepted tasks in the SFT pool (gold dialogues -> SFT data)
+    rl_pool: int                    # accepted tasks in the RL pool (rl_tasks.jsonl, for grpo)
     repaired: int                   # proposals with an executable repair or a fidelity template
     reject_synthesis: int
     reject_gold_runs: int
@@ -83,6 +85,7 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit]) -> RoundRow:
     return RoundRow(
         round=r, plans=len(plans), proposals=len(props), built=sum(p["task_id"] is not None for p in props),
         accepted=accepted, acceptance_rate=round(accepted / max(len(props), 1), 4),
+        sft_pool=sum(u.summary.get("sft_pool", 0) for u in units), rl_pool=sum(u.summary.get("rl_pool", 0) for u in units),
         repaired=sum(bool(p["repairs"]) for p in props),
         **{f"reject_{k}": rej.get(k, 0) for k in REJECT_CHECKS},
         fidelity_templated=sum(any(str(x).startswith("fidelity:") for x in p["repairs"]) for p in props),

@@ -38,6 +38,7 @@ from kit.engine.choice import Chooser
 from kit.engine.config import EngineConfig
 from kit.engine.plans import load_plans, meta_plan, save_plans
 from kit.engine.prompts import Prompts
+from kit.engine.pools import task_pool
 from kit.engine.records import CommittedUnit, Episode, UnitResult
 from kit.engine.reflect import reflect
 from kit.engine.rounds import RoundRow, plan_feedback, round_stats, write_rounds_csv
@@ -227,8 +228,15 @@ class Engine:
             if rec is not None:
                 accepted.append(rec)
         episodes = self._rollouts(unit, r, accepted) if accepted and self.cfg.group_size > 0 else []
-        sft_agent, sft_user, ungrounded = self._sft(accepted, [e.trajectory for e in episodes])
-        return UnitResult(unit=unit, round=r, plan_id=plan.id, proposals=proposals, accepted=accepted,
+        # two disjoint pools: only the SFT pool's tasks (and their rollouts) become SFT data
+        pools = {rec.task.id: task_pool(rec.task, self.cfg.rl_share, self.cfg.seed) for rec in accepted}
+        sft_pool = [rec for rec in accepted if pools[rec.task.id] == "sft"]
+        sft_agent, sft_user, ungrounded = self._sft(
+            sft_pool, [e.trajectory for e in episodes if pools[e.trajectory.task_id] == "sft"])
+        for row in proposals:
+            if row["accepted"]:
+                row["pool"] = pools[row["task_id"]]
+        return UnitResult(unit=unit, round=r, plan_id=plan.id, proposals=proposals, accepted=accepted, pools=pools,
                           episodes=episodes, sft_agent=sft_agent, sft_user=sft_user, sft_ungrounded=ungrounded,
                           choice_fallbacks=chooser.fallbacks, wall_s=round(time.perf_counter() - t0, 2))
 

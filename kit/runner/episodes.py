@@ -230,6 +230,7 @@ def engine_groups(en: dict, texts: dict, cap: Optional[int] = CAP,
     """An engine run (an entry of collect's 'engine'): one browser group of episodes per round, and one
     group of proposals per round."""
     from kit.checkers.checker import CheckedTask
+    from kit.engine.pools import POOL_FILES
     from kit.engine.store import RunStore
     from kit.files import read_json, read_jsonl
     from kit.trajectory import Trajectory
@@ -240,9 +241,10 @@ def engine_groups(en: dict, texts: dict, cap: Optional[int] = CAP,
     except RuntimeError as e:  # a run folder from an older kit
         return [], [{"id": f"engine:{en['key']}", "label": en["key"], "note": str(e), "proposals": []}]
     checked = {}
-    for row in read_jsonl(d / "rl_tasks.jsonl"):
-        rec = CheckedTask.model_validate(row)
-        checked[rec.task.id] = rec
+    for name in POOL_FILES.values():  # both pools: every accepted task with its checker
+        for row in read_jsonl(d / name):
+            rec = CheckedTask.model_validate(row)
+            checked[rec.task.id] = rec
     ecfg = (read_json(d / "manifest.json") or {}).get("config") or {}
     rounds = sorted({u.round for u in units})
     groups, prop_groups = [], []

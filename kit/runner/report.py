@@ -380,8 +380,8 @@ def engine_section(data: dict, out: Path, figures: list) -> Optional[Section]:
             "template; <i>sft_ungrounded</i>: SFT samples the grounding check dropped (never trained on).")
     for r in data["engine"]:
         df = r["rounds"]
-        cols = [c for c in ["round", "plans", "proposals", "built", "accepted", "acceptance_rate", "episodes",
-                            M.PASS_RATE, *FAILURE_COLUMNS, M.USER_DEVIATION_RATE, "diversity", "repaired",
+        cols = [c for c in ["round", "plans", "proposals", "built", "accepted", "acceptance_rate", "sft_pool",
+                            "rl_pool", "episodes", M.PASS_RATE, *FAILURE_COLUMNS, M.USER_DEVIATION_RATE, "diversity", "repaired",
                             "fidelity_templated", "sft_agent", "sft_user", "sft_ungrounded", "wall_s"]
                 if c in df.columns]
         en.text(f"<b>{html.escape(r['key'])}</b>")

@@ -12,7 +12,14 @@ recipe has an sft_user stage); the user-model ablation uses the raw base model i
 With no engine tasks the stage trains on a split of the domain, said loudly (mock has no train
 split: its default set is also what `evaluate` scores, which the report and the leak check show).
 
-Outputs: model/ (HF folder), metrics.jsonl (one line per step).
+Before training: the RL tasks are refused when every gold action of one of them is in the policy's
+SFT data (`allow_overlap` to train anyway); the engine's two pools are disjoint by construction.
+With `probe_k` a pass-rate curriculum picks the tasks steps draw from (kit/train/grpo_curriculum.py);
+with `eval_every` a learning curve on a validation slice (kit/train/grpo_curve.py) keeps the best policy.
+
+Outputs: model/ (the last policy, HF folder), model_best/ (the best on the learning curve),
+metrics.jsonl (one line per step), probes.jsonl (one line per probe: the band and every task's
+rate), curve.jsonl (one line per validation point).
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ class Config(ModelStageConfig, GRPOKnobs):
     fallback_split: Optional[str] = Field(default="train", description="No synthesized tasks: train on this "
                                           "split of the domain (said loudly); the default set when it lacks it.")
     dtype: str = Field(default="auto", description="'auto' (bf16 on CUDA, else fp32) or a torch dtype name.")
+    allow_overlap: bool = Field(default=False, description="Train even when some RL tasks' gold actions are all "
+                                "in the policy's SFT data (a memorized task carries no signal); off: refused.")
 
 
 # the per-step metrics the notebook shows (metrics.jsonl has them all)
@@ -56,6 +65,29 @@ class Outputs(StageOutputs):
     user_tag: str = Field(description="'fine-tuned' or 'raw'.")
     reward_first: Optional[float] = None
     reward_last: Optional[float] = None
+    policy: Optional[str] = Field(default=None, description="The policy GRPO started from (an HF folder).")
+    trained_steps: int = Field(default=0, description="Steps whose update was applied (not skipped).")
+    skip_reasons: dict[str, int] = Field(default_factory=dict, description="Skipped steps per reason.")
+    best_step: Optional[int] = Field(default=None, description="Learning curve: the step of the best "
+                                     "validation pass^1 (model_best/); None without a curve.")
+    best_pass1: Optional[float] = None
+    last_pass1: Optional[float] = None
+
+    def what_happened(self) -> str:
+        """The policy this stage wrote, in words: what trained, or why nothing did."""
+        if self.trained_steps == 0:
+            why = ", ".join(f"{r.replace('_', ' ')} ({n})" for r, n in self.skip_reasons.items()) or "no steps"
+            return f"GRPO skipped: {why}; the weights are its start's"
+        return f"GRPO {self.trained_steps}/{self.steps} steps trained ({self.user_tag} user)"
+
+    def curve(self):
+        """curve.jsonl as a data frame: one row per learning-curve point (empty without a curve)."""
+        import pandas as pd
+
+        from kit.files import read_jsonl
+
+        f = self.files.get("curve")
+        return pd.DataFrame(read_jsonl(f) if f and Path(f).exists() else [])
 
     def history(self):
         """metrics.jsonl as a data frame: one row per step, columns named in kit.metrics."""
@@ -90,6 +122,45 @@ def training_tasks(config: Config, dom, st) -> tuple[list, dict, str]:
     return task_list, checked, task_source
 
 
+def policy_sft_data(policy_dir: Path) -> list[Path]:
+    """What the policy was fine-tuned on: the sft_agent.train.jsonl beside its folder (an SFT stage's
+    output), or, for a GRPO stage's output, what its own start was fine-tuned on."""
+    d = Path(policy_dir).parent
+    files = sorted(d.glob("sft_*.train.jsonl"))
+    if files:
+        return [f for f in files if f.name == "sft_agent.train.jsonl"] or files
+    info = d / "stage.json"
+    if info.exists():
+        summary = json.loads(info.read_text()).get("summary") or {}
+        if summary.get("policy") and Path(summary["policy"]) != Path(policy_dir):
+            return policy_sft_data(Path(summary["policy"]))
+    return []
+
+
+def check_pool_overlap(task_list: list, policy_dir: Path, allow: bool, st) -> dict:
+    """Refuse RL tasks whose every gold action is in the policy's SFT data (kit.eval.leak's rule):
+    a task the policy memorized is replayed or failed in every episode, so its group carries nothing."""
+    from kit.errors import BadInput
+    from kit.eval.leak import leak_report, training_action_keys
+
+    files = policy_sft_data(policy_dir)
+    if not files:
+        return {"checked_files": [], "n_overlap": 0, "n_tasks": len(task_list)}
+    rep = leak_report(task_list, training_action_keys(files))
+    rep["checked_files"] = [str(f) for f in files]
+    if rep["n_overlap"]:
+        ids = rep["overlapping_task_ids"]
+        msg = (f"{rep['n_overlap']} of {len(task_list)} RL tasks have every gold action in the policy's SFT data "
+               f"({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}; {files[0]}): GRPO would train on tasks the "
+               "policy memorized")
+        if not allow:
+            raise BadInput(msg, "train GRPO on the engine's RL pool (tasks: '@<synthesize>' reads rl_tasks.jsonl, "
+                           "disjoint from its SFT pool; raise synthesize.rl_share if it is empty), or set "
+                           "allow_overlap: true to train anyway")
+        st.warn(msg + " (allowed: allow_overlap)")
+    return rep
+
+
 def user_tag(config: Config) -> str:
     """'fine-tuned' when the user model is an sft_user stage's output, else 'raw' (unless set)."""
     if config.user_tag:
@@ -121,6 +192,9 @@ def run(config: Config, st) -> Outputs:
     print(f"{len(task_list)} tasks ({task_source}), "
           f"{sum(bool(r.checker.code) for r in checked.values())} with code checkers")
     policy_dir = ModelSpec.parse(config.model or "embedded", folder_kind="hf").folder()
+    overlap = check_pool_overlap(task_list, policy_dir, config.allow_overlap, st)
+    print(f"pool overlap with the policy's SFT data: {overlap['n_overlap']} of {len(task_list)} tasks"
+          + (f" ({', '.join(overlap['checked_files'])})" if overlap["checked_files"] else " (no SFT data found)"))
     user_spec = str(ModelSpec.parse(config.user_model or "embedded", folder_kind=config.backend))
     tag = user_tag(config)
     dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32}.get(config.dtype) \
@@ -133,26 +207,60 @@ def run(config: Config, st) -> Outputs:
                                         print_metrics=False, sync_dir=str(st.out_dir / "sync")))
     if config.rollout == "server":
         print(f"rollouts: {config.rollout_server} ({cfg.weight_sync} weight sync after each step)")
-    trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn)
+    eval_tasks = []
+    if cfg.eval_every:
+        eval_tasks = dom.tasks(cfg.eval_split)[: cfg.eval_limit]
+        print(f"learning curve: {len(eval_tasks)} tasks of {config.domain} '{cfg.eval_split}' every {cfg.eval_every} steps")
+    trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn, eval_tasks=eval_tasks)
     main = trainer.acc.is_main_process  # under `accelerate launch`, one process writes
     if trainer.step_budget_warning and main:
         st.warn(trainer.step_budget_warning)
-    metrics_file = st.out_dir / "metrics.jsonl"
+    files = {name: st.out_dir / f"{name}.jsonl" for name in ("metrics", "probes", "curve")}
     if main:
-        metrics_file.write_text("")
+        for f in files.values():
+            f.write_text("")
 
     def on_step(m: dict) -> None:
         if not main:
             return
         st.log("grpo", m, step=m["step"])
-        append_jsonl(metrics_file, m)
+        append_jsonl(files["metrics"], m)
         print(f"step {m['step']}: reward {m[M.REWARD_MEAN]:.3f}, filtered {m[M.FILTERED_FRAC]:.2f}, "
               f"loss {m.get(M.LOSS, float('nan')):.4g}, {m[M.STEP_TIME]:.0f}s"
               + (f" SKIPPED: {m['skip_reason']}" if m["skipped"] else ""))
 
-    history = trainer.train(on_step=on_step)
+    def on_event(kind: str, rec: dict) -> None:
+        if kind == "eval" and rec["best"]:  # every process: saving waits for all of them
+            trainer.save(st.out_dir / "model_best")
+        if not main:
+            return
+        append_jsonl(files["curve" if kind == "eval" else "probes"], rec)
+        if kind == "probe":
+            print(f"probe before step {rec['step']}: {rec['band_size']} of {rec['tasks']} tasks in the band "
+                  f"[{rec['band_min']}, {rec['band_max']}] ({rec['always']} always solved, {rec['never']} never; "
+                  f"{rec['probe_k']} episodes each, {rec['probe_s']:.0f}s)" + (" EMPTY: drawing from every task"
+                                                                           if rec["band_empty"] else ""))
+        else:
+            print(f"validation after {rec['step']} steps: pass^1 {rec['pass1']:.3f} [{rec['ci95'][0]:.3f}, "
+                  f"{rec['ci95'][1]:.3f}] on {rec['tasks']} tasks{' (best so far)' if rec['best'] else ''}")
+
+    history = trainer.train(on_step=on_step, on_event=on_event)
     trainer.save(st.out_dir / "model")
-    return Outputs(files={"model": str(st.out_dir / "model"), "metrics": str(metrics_file)},
-                   steps=config.train_steps, tasks=len(task_list), task_source=task_source, user_tag=tag,
-                   reward_first=history[0][M.REWARD_MEAN] if history else None,
-                   reward_last=history[-1][M.REWARD_MEAN] if history else None)
+    skips: dict[str, int] = {}
+    for m in history:
+        if m["skipped"]:
+            skips[m["skip_reason"]] = skips.get(m["skip_reason"], 0) + 1
+    best, points = trainer.curve.best, trainer.curve.points
+    out_files = {"model": str(st.out_dir / "model"), "metrics": str(files["metrics"])}
+    if points:
+        out_files.update({"model_best": str(st.out_dir / "model_best"), "curve": str(files["curve"])})
+    if trainer.curriculum.on:
+        out_files["probes"] = str(files["probes"])
+    out = Outputs(files=out_files, steps=config.train_steps, tasks=len(task_list), task_source=task_source,
+                  user_tag=tag, reward_first=history[0][M.REWARD_MEAN] if history else None,
+                  reward_last=history[-1][M.REWARD_MEAN] if history else None, policy=str(policy_dir),
+                  trained_steps=sum(not m["skipped"] for m in history), skip_reasons=skips,
+                  best_step=best["step"] if best else None, best_pass1=best["pass1"] if best else None,
+                  last_pass1=points[-1]["pass1"] if points else None)
+    print(out.what_happened())
+    return out

@@ -6,8 +6,9 @@ accepted task are scored by the task's checker, failures are attributed to the t
 the user, and the reflector rewrites the plans for the next round. A rerun resumes at the first
 unfinished unit.
 
-Outputs (in the stage folder): tasks.jsonl, rl_tasks.jsonl (tasks + checkers, for `grpo`),
-sft_agent.jsonl / sft_user.jsonl (for the SFT stages), rounds.csv (yield per round, rejection
+Outputs (in the stage folder): tasks.jsonl (every accepted task), two disjoint pools of them
+(`rl_share`, kit/engine/pools.py): rl_tasks.jsonl (tasks + checkers, for `grpo`) and sft_tasks.jsonl
+(whose gold dialogues are sft_agent.jsonl / sft_user.jsonl, for the SFT stages), rounds.csv (yield per round, rejection
 reasons, failure attribution), trajectories.jsonl, failures.jsonl.
 
 Simplified against the paper: one model plays every engine role (a small local model by default),
@@ -25,7 +26,7 @@ from pydantic import Field
 from kit.engine.config import EngineConfig, EngineKnobs
 from kit.stages.base import ModelStageConfig, StageOutputs, count_lines, mechanism_kwargs
 
-PRODUCED = ("tasks.jsonl", "rl_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
+PRODUCED = ("tasks.jsonl", "rl_tasks.jsonl", "sft_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
             "failures.jsonl")
 
 
@@ -40,6 +41,8 @@ class Config(ModelStageConfig, EngineKnobs):
 
 class Outputs(StageOutputs):
     accepted: int = Field(description="Tasks the validator accepted, all rounds.")
+    sft_pool: int = Field(default=0, description="Accepted tasks in the SFT pool (their gold dialogues are SFT data).")
+    rl_pool: int = Field(default=0, description="Accepted tasks in the RL pool (rl_tasks.jsonl), disjoint from it.")
     rounds: int = Field(description="Rounds run.")
     proposals: int = Field(description="Task proposals, all rounds.")
     lines: dict[str, int] = Field(description="Lines of each output file.")
@@ -69,14 +72,17 @@ def run(config: Config, st) -> Outputs:
     print(result.summary_line())
     lines = {name: count_lines(st.out_dir / name) for name in PRODUCED}
     if lines["rl_tasks.jsonl"] == 0:
-        st.warn("the engine accepted no task: `grpo` will fall back to the domain's own tasks")
+        st.warn(f"the RL pool is empty ({result.accepted} accepted, rl_share {config.rl_share}): `grpo` will fall "
+                "back to the domain's own tasks")
     for role in ("agent", "user"):
         if lines[f"sft_{role}.jsonl"] == 0:
             st.warn(f"the engine produced no {role} SFT samples: `sft_{role}` will fall back to gold dialogues")
     files = {"rounds": str(st.out_dir / "rounds.csv")}
     files.update({name.split(".")[0]: str(st.out_dir / name) for name, n in lines.items() if n})
     proposals = int(pd.read_csv(st.out_dir / "rounds.csv")["proposals"].sum())
-    return Outputs(files=files, accepted=result.accepted, rounds=len(result.rounds), proposals=proposals, lines=lines)
+    print(f"pools: {lines['sft_tasks.jsonl']} SFT tasks (gold dialogues), {lines['rl_tasks.jsonl']} RL tasks")
+    return Outputs(files=files, accepted=result.accepted, sft_pool=lines["sft_tasks.jsonl"],
+                   rl_pool=lines["rl_tasks.jsonl"], rounds=len(result.rounds), proposals=proposals, lines=lines)
 
 
 def example_task(out_dir) -> str:

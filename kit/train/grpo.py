@@ -67,6 +67,8 @@ from kit.llm.types import SamplingParams
 from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
 from kit.train.grpo_config import GRPOConfig
+from kit.train.grpo_curriculum import Curriculum
+from kit.train.grpo_curve import LearningCurve
 from kit.train.grpo_groups import TaskDraws, collect_groups, episode_metrics
 from kit.train.grpo_update import placeholder_rows, policy_rows, ppo_update
 from kit.train.lora import merged_copy_state, prepare_for_training, trainable_parameters
@@ -109,6 +111,7 @@ class GRPOTrainer:
         tools: list[dict] | None = None,
         wandb_run: Any = None,
         accelerator: Any = None,
+        eval_tasks: list | None = None,
     ):
         if not tasks:
             raise ValueError("GRPOTrainer: `tasks` is empty; GRPO needs at least one task to draw groups from")
@@ -160,6 +163,8 @@ class GRPOTrainer:
         self.reward_fn = reward_fn
         self.wandb_run = wandb_run
         self.draws = TaskDraws(self.tasks, self.cfg.seed, self.acc.process_index)
+        self.curriculum = Curriculum(self.tasks, self.cfg)
+        self.curve = LearningCurve(eval_tasks or [], self.cfg, domain)
         self.step_idx = 0
 
     @property
@@ -184,15 +189,17 @@ class GRPOTrainer:
         )
         return run_episodes(self.domain, tasks, self.sampler, self.user, rc, progress=False)
 
-    def step(self) -> dict:
-        """One GRPO step; returns its metrics. A skipped step says why (`skip_reason`)."""
+    def step(self, pre: dict | None = None) -> dict:
+        """One GRPO step; returns its metrics (with `pre`'s: the probe's and the curve's before it). A
+        skipped step says why (`skip_reason`)."""
         t0 = time.perf_counter()
         self.policy.eval()
         kept, seen, m = collect_groups(self.draws, self.procs, self.cfg, self.step_idx, self._rollout, self.reward_fn)
         if seen:
             m.update(episode_metrics(seen, self.domain))
-        m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": ""})
-        m["time/rollout_s"] = time.perf_counter() - t0
+        m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": "",
+                  **(pre or {})})
+        m["time/rollout_s"] = time.perf_counter() - t0 - m["time/score_s"]  # sampling; scoring is time/score_s
         reason, rows = None, []
         if not kept:
             reason = "all_groups_filtered"
@@ -232,15 +239,48 @@ class GRPOTrainer:
         self.step_idx += 1
         return m
 
-    def train(self, steps: int | None = None, on_step: Callable[[dict], None] | None = None) -> list[dict]:
+    def train(self, steps: int | None = None, on_step: Callable[[dict], None] | None = None,
+              on_event: Callable[[str, dict], None] | None = None) -> list[dict]:
         """Run `steps` (default config.train_steps) steps; one metrics dict each, also handed to
-        `on_step` as soon as the step ends (a metrics file, a progress line)."""
+        `on_step` as soon as the step ends (a metrics file, a progress line). With the curriculum
+        (`probe_k`) a probe runs before the steps it is due at; with the learning curve (`eval_every`)
+        an evaluation runs before the first step, every `eval_every` steps and after the last; each is
+        handed to `on_event("probe" | "eval", record)` (a point's `best` says it beat the earlier ones)."""
         history = []
-        for _ in range(steps if steps is not None else self.cfg.train_steps):
-            history.append(self.step())
+        n = steps if steps is not None else self.cfg.train_steps
+        emit = on_event or (lambda kind, rec: None)
+        for _ in range(n):
+            m = self.step(self._before_step(emit))
+            history.append(m)
             if on_step is not None:
-                on_step(history[-1])
+                on_step(m)
+        if self.curve.due(self.step_idx, last=True):
+            point = self._evaluate()
+            if self.wandb_run is not None and self.acc.is_main_process:
+                self.wandb_run.log(M.wandb_keys("grpo", self.curve.metrics(point)), step=self.step_idx)
+            emit("eval", point)
         return history
+
+    def _before_step(self, emit: Callable[[str, dict], None]) -> dict:
+        """The probe and the learning-curve point due before step `step_idx`; their metrics."""
+        pre: dict = {}
+        if self.curriculum.due(self.step_idx):
+            self.policy.eval()
+            rec = self.curriculum.probe(self._rollout, self.reward_fn, self.procs, self.step_idx)
+            # a fresh stream over the band, the same on every process
+            self.draws = TaskDraws(self.curriculum.band, self.cfg.seed + 7919 * (self.step_idx + 1),
+                                   self.acc.process_index)
+            pre.update(self.curriculum.metrics(rec))
+            emit("probe", rec)
+        if self.curve.due(self.step_idx):
+            point = self._evaluate()
+            pre.update(self.curve.metrics(point))
+            emit("eval", point)
+        return pre
+
+    def _evaluate(self) -> dict:
+        self.policy.eval()
+        return self.curve.evaluate(self.sampler, self.user, self.step_idx)
 
     def _log(self, m: dict) -> None:
         if not self.acc.is_main_process:

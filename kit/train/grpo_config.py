@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from kit.train.lora import LoRAKnobs
 
@@ -60,6 +60,26 @@ class GRPOKnobs(LoRAKnobs):
     weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
     user_temperature: float = Field(default=1.0, ge=0, description="User simulator sampling temperature.")
     user_max_new_tokens: int = Field(default=96, ge=1, description="Most tokens per user turn.")
+    probe_k: int = Field(default=0, ge=0, description="Pass-rate curriculum (kit/train/grpo_curriculum.py): "
+                         "episodes per RL task the current policy runs before the first step (and every "
+                         "`probe_every` steps); steps draw only from tasks whose pass rate lies in [band_min, "
+                         "band_max]. 0 = off (every task is drawn). A public τ² GRPO run probes 16.")
+    probe_every: int = Field(default=0, ge=0, description="Steps between probes; 0 = only before the first step.")
+    band_min: float = Field(default=0.05, ge=0, le=1, description="Lowest probe pass rate a task may have to be "
+                            "drawn (default: drop tasks never solved).")
+    band_max: float = Field(default=0.8, ge=0, le=1, description="Highest probe pass rate a task may have to be "
+                            "drawn (default: drop tasks solved 13+ times of 16).")
+    probe_batch: int = Field(default=32, ge=1, description="Episodes rolled out together by a probe or a "
+                             "learning-curve evaluation.")
+    eval_every: int = Field(default=0, ge=0, description="Learning curve (kit/train/grpo_curve.py): pass^1 of the "
+                            "current policy on `eval_split` before the first step, every this many steps and "
+                            "after the last; the best and the last policy are both saved. 0 = off.")
+    eval_split: str = Field(default="heldout_val", description="The learning curve's tasks: a split neither "
+                            "trained on nor the final test set (mock: 'heldout_val').")
+    eval_limit: Optional[int] = Field(default=None, ge=1, description="First N tasks of `eval_split` only.")
+    eval_trials: int = Field(default=1, ge=1, description="Learning-curve episodes per task.")
+    eval_temperature: float = Field(default=0.0, ge=0, description="Learning-curve sampling temperature (agent "
+                                    "and user); 0 = greedy, which with one trial gives the least noisy curve.")
     rollout: Literal["local", "server"] = Field(default="local", description="Where the policy samples: 'local' "
                                                 "(the training process, transformers) or 'server' (an "
                                                 "OpenAI-compatible server at `rollout_server`, weights pushed "
@@ -75,6 +95,17 @@ class GRPOKnobs(LoRAKnobs):
     server_token_ids: bool = Field(default=True, description="Ask the server for the sampled token ids and "
                                    "log-probs (vLLM); False for servers without them (`transformers serve`): the "
                                    "completion is re-tokenized, counted in train/retokenized_turns.")
+
+
+    @model_validator(mode="after")
+    def _band(self):
+        if self.band_min > self.band_max:
+            raise ValueError(f"band_min ({self.band_min}) is above band_max ({self.band_max}): the curriculum's "
+                             "band would be empty; the band is [band_min, band_max]")
+        if self.eval_trials > 1 and self.eval_temperature == 0:
+            raise ValueError("eval_trials > 1 at eval_temperature 0 repeats one greedy episode; set "
+                             "eval_temperature (e.g. 0.6) or eval_trials: 1")
+        return self
 
 
 class GRPOConfig(GRPOKnobs):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,12 +69,14 @@ def collect_groups(
     kept: list[Group] = []
     seen: list[Group] = []
     budget = budget0 = c.resample_budget // W + (r < c.resample_budget % W)
-    rnd = 0
+    rnd, score_s = 0, 0.0
     while todo:  # a process with no share (W > B) rolls out nothing
         seed = ((c.seed * 1009 + r) * 100_003 + step_idx) * 101 + rnd  # distinct per process, step, round
         trajs = rollout([t for t in todo for _ in range(G)], seed)
+        t_score = time.perf_counter()
         groups = [Group(task, trajs[k * G : (k + 1) * G], [float(reward_fn(task, t)) for t in trajs[k * G : (k + 1) * G]])
                   for k, task in enumerate(todo)]
+        score_s += time.perf_counter() - t_score
         seen += groups
         kept += [g for g, keep in zip(groups, filter_groups([g.rewards for g in groups], c.filter_mode)) if keep]
         need = share - len(kept)
@@ -81,7 +84,7 @@ def collect_groups(
             break
         n = min(need, budget)
         budget, rnd, todo = budget - n, rnd + 1, draws.draw(n, own=True)
-    m = {M.GROUPS_RESAMPLES: budget0 - budget, M.GROUPS_KEPT: min(len(kept), share),
+    m = {M.GROUPS_RESAMPLES: budget0 - budget, M.GROUPS_KEPT: min(len(kept), share), "time/score_s": score_s,
          M.FILTERED_FRAC: 1.0 - len(kept) / len(seen) if seen else 0.0}
     return kept[:share], seen, m
 

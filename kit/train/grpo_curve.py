@@ -1,0 +1,85 @@
+"""GRPO's learning curve: pass^1 of the current policy on a held-out validation slice.
+
+    curve = LearningCurve(tasks, cfg, domain)          # cfg.eval_every > 0 turns it on
+    if curve.due(step):
+        point = curve.evaluate(agent_backend, user_backend, step)   # {"step", "pass1", "ci95", ...}
+        if point["best"]: save the policy as the best checkpoint
+
+Every `eval_every` optimizer steps (and before the first, and after the last) the policy plays
+`eval_trials` episodes of every task of the validation slice (`eval_split`: neither trained on nor
+the final test set) against the training user simulator, scored by the kit verifier; pass^1 with its
+95% bootstrap interval over tasks. The best point (highest pass^1; the earliest on ties) and the last
+are both kept by the stage (model_best/, model/).
+
+The curve's sampling is its own (`eval_temperature`; 0 = greedy, one trial: a low-variance curve);
+the final comparison of arms is the `evaluate` stage's, on the test slice.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kit.train.grpo_config import GRPOConfig
+
+
+class LearningCurve:
+    def __init__(self, tasks: list, cfg: GRPOConfig, domain: Any):
+        self.tasks = list(tasks)
+        self.cfg = cfg
+        self.domain = domain
+        self.points: list[dict] = []
+        self.best: dict | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.cfg.eval_every > 0 and bool(self.tasks)
+
+    def due(self, step: int, last: bool = False) -> bool:
+        """Before the first step, every `eval_every` steps, and after the last (`last`)."""
+        if not self.on or any(p["step"] == step for p in self.points):
+            return False
+        return step % self.cfg.eval_every == 0 or last
+
+    def evaluate(self, agent: Any, user: Any, step: int) -> dict:
+        """One point of the curve; `best` is True when it beats every earlier point."""
+        from kit.eval.passk import pass1_interval
+        from kit.llm.types import SamplingParams
+        from kit.rollout.loop import RolloutConfig, run_episodes
+        from kit.verify import verify
+
+        c = self.cfg
+        t0 = time.perf_counter()
+        rc = RolloutConfig(
+            max_messages=c.max_messages, max_errors=c.max_errors, seed=c.seed * 31 + 7 + step,
+            templates_dir=c.templates_dir,
+            agent_params=SamplingParams(temperature=c.eval_temperature, max_new_tokens=c.max_new_tokens),
+            user_params=SamplingParams(temperature=c.eval_temperature, max_new_tokens=c.user_max_new_tokens))
+        todo = [t for t in self.tasks for _ in range(c.eval_trials)]
+        by_task: dict[str, list[float]] = {t.id: [] for t in self.tasks}
+        for start in range(0, len(todo), c.probe_batch):
+            chunk = todo[start: start + c.probe_batch]
+            for task, traj in zip(chunk, run_episodes(self.domain, chunk, agent, user, rc, progress=False)):
+                by_task[task.id].append(verify(self.domain, task, traj).reward)
+        p1, lo, hi = pass1_interval(by_task)
+        point = {"step": step, "pass1": p1, "ci95": [lo, hi], "tasks": len(self.tasks), "trials": c.eval_trials,
+                 "temperature": c.eval_temperature, "split": c.eval_split, "eval_s": round(time.perf_counter() - t0, 1),
+                 "per_task": {k: sum(v) / len(v) for k, v in by_task.items() if v}}
+        point["best"] = self.best is None or p1 > self.best["pass1"]
+        if point["best"]:
+            self.best = {k: point[k] for k in ("step", "pass1", "ci95")}
+        self.points.append(point)
+        return point
+
+    def metrics(self, point: dict) -> dict:
+        return {"val/pass1": point["pass1"], "val/ci_low": point["ci95"][0], "val/ci_high": point["ci95"][1],
+                "time/eval_s": point["eval_s"]}
+
+    # ----- resume --------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        return {"points": list(self.points), "best": self.best}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.points = list(state.get("points") or [])
+        self.best = state.get("best")

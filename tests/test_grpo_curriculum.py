@@ -1,0 +1,80 @@
+"""GRPO's pass-rate curriculum (kit/train/grpo_curriculum.py) on a real tiny run of the trainer.
+
+Model: a randomly initialised 2-layer Llama with SmolLM2's tokenizer (tests/test_grpo_learning.py's):
+the test is about which tasks the loop draws, not about what the model learns. The rewards are a
+function of the task and of the text the model sampled.
+"""
+
+import torch
+
+from kit.train.grpo import GRPOTrainer
+from test_grpo_learning import SYSTEM, PromptTask, single_turn, small_cfg, tiny_llama, tokenizer  # noqa: F401
+
+TASKS = [PromptTask("always", "Say hi."), PromptTask("never", "Say bye."),
+         PromptTask("mixed-a", "Count to three."), PromptTask("mixed-b", "Name a colour.")]
+
+
+def reward(task, traj):
+    """'always' and 'never' are solved in every episode or in none; a 'mixed' task when the sampled
+    reply has an even number of characters (about half the episodes of a random model)."""
+    if task.id == "always":
+        return 1.0
+    if task.id == "never":
+        return 0.0
+    return float(len(traj.messages[-1].content or "") % 2 == 0)
+
+
+def test_probe_sets_aside_tasks_always_or_never_solved_and_steps_draw_from_the_band(tokenizer):  # noqa: F811
+    torch.manual_seed(0)
+    cfg = small_cfg(probe_k=8, probe_every=2, tasks_per_step=2, group_size=4, resample_budget=0)
+    tr = GRPOTrainer(tiny_llama(tokenizer), tokenizer, TASKS, cfg, rollout_fn=single_turn(6), reward_fn=reward,
+                     agent_system=SYSTEM)
+    events, drawn = [], []
+    real_rollout = tr._rollout
+
+    def spy(tasks, seed):  # records which tasks each rollout call drew; the rollout itself is the real one
+        drawn.append([t.id for t in tasks])
+        return real_rollout(tasks, seed)
+
+    tr._rollout = spy
+    history = tr.train(steps=3, on_event=lambda kind, rec: events.append((kind, rec)))
+    probes = [rec for kind, rec in events if kind == "probe"]
+    assert [p["step"] for p in probes] == [0, 2]  # before the first step, then every probe_every steps
+    first = probes[0]
+    assert first["rates"]["always"] == 1.0 and first["rates"]["never"] == 0.0
+    assert first["always"] >= 1 and first["never"] >= 1 and first["tasks"] == 4
+    band = set(first["band"])
+    assert band <= {"mixed-a", "mixed-b"} and band, first["rates"]
+    assert all(cfg.band_min <= first["rates"][t] <= cfg.band_max for t in band)
+    # the probe rolled out probe_k episodes of every task; the steps drew only from the band
+    probe_calls = [d for d in drawn if len(d) >= 8 and len(set(d)) >= 1 and d.count(d[0]) == 8]
+    assert sorted({t for d in probe_calls for t in d}) == sorted(t.id for t in TASKS)
+    step_calls = [d for d in drawn if d not in probe_calls]
+    assert step_calls and all(set(d) <= band | set(probes[1]["band"]) for d in step_calls)
+    assert history[0]["curriculum/band_size"] == len(band) and "curriculum/band_size" not in history[1]
+    assert history[0]["curriculum/always"] == first["always"]
+    # the band's state round-trips (what a resumed run restores)
+    state = tr.curriculum.state_dict()
+    tr.curriculum.load_state_dict({})
+    tr.curriculum.load_state_dict(state)
+    assert [t.id for t in tr.curriculum.band] == probes[1]["band"] or probes[1]["band_empty"]
+
+
+def test_an_empty_band_falls_back_to_every_task_and_says_so(tokenizer):  # noqa: F811
+    cfg = small_cfg(probe_k=2, tasks_per_step=1, group_size=2, resample_budget=0)
+    tr = GRPOTrainer(tiny_llama(tokenizer), tokenizer, TASKS[:2], cfg, rollout_fn=single_turn(4), reward_fn=reward,
+                     agent_system=SYSTEM)
+    events = []
+    m = tr.train(steps=1, on_event=lambda kind, rec: events.append(rec))[0]
+    assert events[0]["band_empty"] and events[0]["band"] == [] and m["curriculum/band_empty"] == 1
+    assert [t.id for t in tr.curriculum.band] == ["always", "never"]
+    assert m["skip_reason"] == "all_groups_filtered"  # both tasks' groups are all-equal: the step says why
+
+
+def test_band_bounds_are_checked():
+    import pytest
+
+    with pytest.raises(ValueError, match="band_min"):
+        small_cfg(probe_k=4, band_min=0.9, band_max=0.5)
+    with pytest.raises(ValueError, match="eval_trials > 1 at eval_temperature 0"):
+        small_cfg(eval_every=2, eval_trials=2)

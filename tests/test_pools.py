@@ -1,0 +1,74 @@
+"""The engine's two disjoint task pools (kit/engine/pools.py) and GRPO's refusal of a task pool its
+policy was fine-tuned on (kit/stages/grpo.py: check_pool_overlap), on tau2 mock's real tasks."""
+
+import json
+
+import pytest
+
+from kit.engine.pools import task_pool
+from kit.envs import load_domain
+from kit.errors import BadInput
+from kit.stages.grpo import check_pool_overlap, policy_sft_data
+
+
+class Warnings:
+    """The stage context's warn(), recorded (the only part of a stage these functions use)."""
+
+    def __init__(self):
+        self.lines = []
+
+    def warn(self, s):
+        self.lines.append(s)
+
+
+def test_pools_are_a_deterministic_share_and_equal_solutions_share_a_pool():
+    tasks = load_domain("mock").tasks(None)
+    pools = [task_pool(t, 0.5, seed=0) for t in tasks]
+    assert pools == [task_pool(t, 0.5, seed=0) for t in tasks]  # no state: resumed or parallel units agree
+    assert {task_pool(t, 0.0) for t in tasks} == {"sft"} and {task_pool(t, 1.0) for t in tasks} == {"rl"}
+    twin = tasks[0].model_copy(update={"id": "another-id"})  # same gold actions under another id
+    assert all(task_pool(twin, s, seed) == task_pool(tasks[0], s, seed) for s in (0.2, 0.5, 0.8) for seed in range(5))
+    # the share holds over many (task, seed) draws: 9 tasks x 40 seeds
+    share = sum(task_pool(t, 0.33, seed) == "rl" for t in tasks for seed in range(40)) / (len(tasks) * 40)
+    assert 0.25 < share < 0.41
+
+
+def _sft_stage(tmp_path, tasks):
+    """An sft_agent stage folder as the SFT stage writes it: model/ and the samples it trained on."""
+    from transformers import AutoTokenizer
+
+    from kit.llm import ensure_embedded_model
+    from kit.train.sft_data import gold_sft_samples
+
+    d = tmp_path / "sft_agent"
+    (d / "model").mkdir(parents=True)
+    tok = AutoTokenizer.from_pretrained(ensure_embedded_model())
+    agent, _ = gold_sft_samples(load_domain("mock"), tasks, tok)
+    (d / "sft_agent.train.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in agent))
+    return d / "model"
+
+
+def test_grpo_refuses_rl_tasks_whose_solution_its_policy_was_fine_tuned_on(tmp_path):
+    tasks = [t for t in load_domain("mock").tasks(None) if t.evaluation_criteria and t.evaluation_criteria.actions]
+    from kit.eval.leak import gold_action_keys
+
+    trained = tasks[:3]
+    seen = set().union(*(gold_action_keys(t) for t in trained))
+    fresh = [t for t in tasks[3:] if not gold_action_keys(t) <= seen]  # mock's tasks share some solutions
+    assert fresh
+    policy = _sft_stage(tmp_path, trained)
+    assert policy_sft_data(policy) == [policy.parent / "sft_agent.train.jsonl"]
+    w = Warnings()
+    assert check_pool_overlap(fresh, policy, allow=False, st=w)["n_overlap"] == 0  # disjoint: no complaint
+    with pytest.raises(BadInput, match=r"RL tasks have every gold action in the policy's SFT data") as e:
+        check_pool_overlap(fresh + trained[:2], policy, allow=False, st=w)
+    assert trained[0].id in str(e.value) and "rl_tasks.jsonl" in e.value.hint and "allow_overlap" in e.value.hint
+    rep = check_pool_overlap(fresh + trained[:2], policy, allow=True, st=w)
+    assert rep["n_overlap"] == 2 and "allowed: allow_overlap" in w.lines[-1]
+    # a GRPO stage's output is checked against what its own start was fine-tuned on
+    g = tmp_path / "grpo"
+    (g / "model").mkdir(parents=True)
+    (g / "stage.json").write_text(json.dumps({"stage": "grpo", "summary": {"policy": str(policy)}}))
+    assert policy_sft_data(g / "model") == [policy.parent / "sft_agent.train.jsonl"]
+    # the embedded base model has no SFT data: nothing to check
+    assert check_pool_overlap(trained, tmp_path / "nowhere" / "model", allow=False, st=w)["checked_files"] == []
