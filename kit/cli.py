@@ -14,7 +14,7 @@
   kit run RECIPE.yaml [--run-id ID] [--set K=V]  validate a recipe, run its stage notebooks, render the report
   kit view RUN [--arm A] [--task T]             one episode of a run as a dialogue with its verdict (first failed)
   kit report RUN [--out DIR]                    (re)render a run's report: one self-contained HTML file
-  kit compare RUN_A RUN_B ... [--out DIR]       one comparison report of finished runs
+  kit compare RUN_A RUN_B ... [--out DIR]       one comparison report of finished runs (paired B − A on shared tasks)
 
 A user error (unknown name, missing file, dead endpoint, ...) prints `error:` and `fix:` and exits 2;
 add --debug for its traceback.
@@ -332,6 +332,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     run = run_folder(args.run)
     rep = build_report(run, args.out or Path("reports") / run.name, title=args.title, bootstrap=args.bootstrap)
+    for diff in rep.data.get("paired") or []:  # evaluations of this run on the same tasks: B − A
+        print("paired:", diff.summary_line())
     print(f"report: {rep.html_path} (one self-contained file, {rep.html_path.stat().st_size / 1e3:.0f} kB)")
     return 0
 
@@ -340,6 +342,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from kit.runner.report import build_comparison
 
     rep = build_comparison(args.runs, args.out, title=args.title, bootstrap=args.bootstrap)
+    for diff in rep.data.get("paired") or []:  # evaluations of different runs on the same tasks: B − A
+        print("paired:", diff.summary_line())
     print(f"comparison: {rep.html_path} (one self-contained file, {rep.html_path.stat().st_size / 1e3:.0f} kB)")
     return 0
 
@@ -415,7 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the pass^1 interval")
     rp.set_defaults(fn=_cmd_report)
 
-    co = sub.add_parser("compare", help="one comparison report of finished runs (pass^k, engine, SFT, GRPO)")
+    co = sub.add_parser("compare", help="one comparison report of finished runs (pass^k, paired "
+                        "differences on shared tasks, engine, SFT, GRPO)")
     co.add_argument("runs", nargs="+", help="runs/<run-id> folders")
     co.add_argument("--out", default="reports/compare", help="report folder")
     co.add_argument("--title", default=None)

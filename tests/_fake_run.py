@@ -27,19 +27,21 @@ def _stage(run: Path, stage: str, key: str, arm=None, params=None) -> tuple[Stag
     return st, entry
 
 
-def _eval(st: Stage, rewards: dict[str, list[float]], label: str, domain: str = "mock", model: str = "embedded"):
+def _eval(st: Stage, rewards: dict[str, list[float]], label: str, domain: str = "mock", model: str = "embedded",
+          user_model: str = "embedded"):
     eps = pd.DataFrame([{"task_id": t, "trial": k, "reward": r, "termination": "agent_stop",
                          "user_deviations": int(k == 0 and r == 0)}
                         for t, rs in rewards.items() for k, r in enumerate(rs)])
     n = len(next(iter(rewards.values())))
     p1 = sum(sum(r == 1.0 for r in rs) / len(rs) for rs in rewards.values()) / len(rewards)
     passk = {1: p1, **({2: p1 * 0.8} if n >= 2 else {})}
-    meta = {"domain": domain, "tasks": len(rewards), "trials": n, "model": model, "user_model": "embedded",
-            "temperature": 0.0, "tau2_version": "26.3", M.USER_DEVIATION_RATE: float((eps["user_deviations"] > 0).mean())}
+    meta = {"domain": domain, "tasks": len(rewards), "trials": n, "model": model, "user_model": user_model,
+            "temperature": 0.0, "tau2_version": "26.3",
+            M.USER_DEVIATION_RATE: float((eps["user_deviations"] > 0).mean())}
     EvalResult(EvalConfig(domain=domain, model=model, trials=n), eps, passk, meta).write(st.out_dir)
     st.finish(outputs_class("evaluate")(
         files={"eval": str(st.out_dir / "eval.json"), "episodes": str(st.out_dir / "episodes.csv")}, label=label,
-        passk={str(k): v for k, v in passk.items()}, model=model, user_model="embedded",
+        passk={str(k): v for k, v in passk.items()}, model=model, user_model=user_model,
         tasks=len(rewards), trials=n, user_deviation_rate=meta[M.USER_DEVIATION_RATE]))
 
 
@@ -97,4 +99,20 @@ def fake_run(root: Path, arms: bool = False) -> Path:
         "seeds": {x["key"]: 0 for x in entries},
         "models": {"embedded": {"kind": "embedded", "id": "SmolLM2-135M-Instruct", "gguf_sha256": "ab" * 32}},
         "stages": entries + [{"key": "report", "stage": "report", "id": "report", "status": "running"}]})
+    return run
+
+
+def fake_eval_run(root: Path, name: str, evals: list[tuple[str, str, dict[str, list[float]], str]]) -> Path:
+    """A run of evaluation stages only: (stage id, label, {task id: [reward per trial]}, user model) each."""
+    run = root / "runs" / name
+    entries = []
+    for sid, label, rewards, user_model in evals:
+        st, e = _stage(run, "evaluate", sid, params={"label": label})
+        _eval(st, rewards, label, user_model=user_model)
+        entries.append(e)
+    write_json(run / "manifest.json", {
+        "run_id": name, "status": "complete", "recipe": {"path": f"recipes/{name}.yaml",
+                                                         "parsed": {"name": name, "arms": []}, "text": ""},
+        "git": {"commit": "0123456789abcdef", "dirty": False}, "tau2_version": "26.3",
+        "seeds": {x["key"]: 0 for x in entries}, "stages": entries})
     return run

@@ -14,6 +14,8 @@ Read from the files the stages wrote (manifest.json, each stage's stage.json and
     (`request_stated_rate`, `proper_end_rate`), the train/test overlap (kit/eval/leak.py), and the
     paper's numbers for the same domain beside ours (kit/runner/paper.py)
   - for an ablation: pass^1 per arm with its interval, next to the paper's ablation numbers
+  - paired comparisons of evaluations scored on the same tasks: B − A with a paired bootstrap
+    interval, a sign-flip p-value and the minimum detectable difference (kit/runner/report_paired.py)
   - every warning a stage raised (e.g. a fallback to gold SFT data), the stages, the manifest.
 Figures are matplotlib PNGs (no W&B needed to read the report).
 """
@@ -35,6 +37,7 @@ from kit import metrics as M
 from kit.files import write_json
 from kit.llm.spec import ModelSpec
 from kit.runner import paper
+from kit.runner.report_paired import paired_section
 from kit.runner.run_data import Section, collect, run_folder
 
 FAILURE_COLUMNS = ["failures_task", "failures_agent", "failures_user", "failures_undetermined"]
@@ -503,7 +506,9 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
         sections.append(ab)
         data["ablation"] = df
 
-    for part in (eval_section(data, out, figures, bootstrap, ci, run_dir), engine_section(data, out, figures),
+    for part in (eval_section(data, out, figures, bootstrap, ci, run_dir),
+                 paired_section(data, bootstrap, ci, short=lambda s: _short(s, run_dir)),
+                 engine_section(data, out, figures),
                  sft_section(data, out, figures, run_dir), grpo_section(data, out, figures)):
         if part is not None:
             sections.append(part)
@@ -576,7 +581,8 @@ def display_report(rep: Report) -> None:
 def build_comparison(run_dirs: list[str | Path], report_dir: str | Path, title: Optional[str] = None,
                      ci: float = 0.95, bootstrap: int = 2000) -> Report:
     """One report over several finished runs that did not come from one ablation recipe (`kit
-    compare`): pass^k with intervals, engine yield, SFT and GRPO curves side by side. Each run is an
+    compare`): pass^k with intervals, paired differences of evaluations across runs on the same tasks,
+    engine yield, SFT and GRPO curves side by side. Each run is an
     'arm' named by its run id; its stages are keyed `<run id>/<stage key>`."""
     out = Path(report_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -610,7 +616,9 @@ def build_comparison(run_dirs: list[str | Path], report_dir: str | Path, title: 
         w.items += [("warn", f"{x['stage']}: {x['warning']}") for x in merged["warnings"]]
         sections.append(w)
     common = Path(os.path.commonpath([str(Path(d).resolve()) for d in run_dirs]))
-    for part in (eval_section(merged, out, figures, bootstrap, ci, common), engine_section(merged, out, figures),
+    for part in (eval_section(merged, out, figures, bootstrap, ci, common),
+                 paired_section(merged, bootstrap, ci, across_runs=True, short=lambda s: _short(s, common)),
+                 engine_section(merged, out, figures),
                  sft_section(merged, out, figures, common), grpo_section(merged, out, figures)):
         if part is not None:
             sections.append(part)

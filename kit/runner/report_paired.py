@@ -1,0 +1,127 @@
+"""The report's "Paired comparisons" table: pass^1 of two evaluations scored on the same tasks, B − A,
+with a paired bootstrap interval, a sign-flip p-value and the difference the number of tasks can
+detect (kit/eval/paired.py computes them).
+
+    section = paired_section(data, bootstrap=2000, ci=0.95)                   # a run's report
+    section = paired_section(merged, 2000, 0.95, across_runs=True)            # `kit compare`
+
+Which pairs: evaluations of one domain that share task ids (only the shared ones count; the row says
+how many were left out), never an evaluation with itself (an arm's shared evaluation is one
+evaluation). In a run, a pair whose A or B is a reference arm (its label, arm or stage id has the word
+"base" or "sft") is oriented reference → other and listed first, then the others in stage order. In a
+comparison of runs, only pairs across runs, A from the run named first; those of one stage id first.
+Pairs judged by different referees (user model, its temperature, the protocol) come last, and the
+referee column says that they differ: such a difference is the agent's and the referee's together.
+At most MAX_PAIRS rows; the section says how many more there were.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from itertools import combinations
+from typing import Optional
+
+import pandas as pd
+
+from kit.eval.paired import PairedDiff, outcomes_by_task, paired_difference
+from kit.runner.run_data import Section
+
+MAX_PAIRS = 12
+REFERENCE_WORDS = {"base", "sft"}
+
+
+def eval_name(ev: dict) -> str:
+    """The evaluation as the report names it: its label, after its arm when the label does not say it."""
+    label = str(ev["summary"].get("label") or ev["params"].get("label") or ev["key"])
+    arm = ev.get("arm")
+    return label if not arm or label.startswith(str(arm)) else f"{arm}: {label}"
+
+
+def is_reference(ev: dict) -> bool:
+    """A base or SFT arm, named so in the evaluation's label, arm or stage id."""
+    text = " ".join(str(x) for x in (ev["summary"].get("label"), ev["params"].get("label"), ev.get("arm"), ev["id"])
+                    if x)
+    return bool(REFERENCE_WORDS & set(re.split(r"[^a-z0-9]+", text.lower())))
+
+
+def referee(ev: dict) -> tuple:
+    """What judges an evaluation besides the agent: protocol, user simulator, its temperature."""
+    meta = ev["meta"]
+    return (meta.get("protocol") or "kit", str(meta.get("user_model")), meta.get("user_temperature"))
+
+
+def _run_of(ev: dict) -> str:
+    return str(ev.get("arm"))
+
+
+def candidate_pairs(evals: list[dict], across_runs: bool = False) -> list[tuple[dict, dict, dict, dict]]:
+    """(A, A's outcomes, B, B's outcomes) in the order shown (module docstring), not yet capped; outcomes
+    are kit.eval.paired.outcomes_by_task of the evaluation's episodes."""
+    outcomes = [(ev, outcomes_by_task(ev["episodes"])) for ev in evals]
+    runs = list(dict.fromkeys(_run_of(ev) for ev in evals))
+    scored = []
+    for (i, (a, oa)), (j, (b, ob)) in combinations(enumerate(outcomes), 2):
+        if str(a["dir"]) == str(b["dir"]) or a["meta"].get("domain") != b["meta"].get("domain"):
+            continue  # one evaluation (shared between arms), or two domains
+        if not set(oa) & set(ob) or (across_runs and _run_of(a) == _run_of(b)):
+            continue
+        if across_runs:
+            if runs.index(_run_of(a)) > runs.index(_run_of(b)):
+                a, oa, b, ob = b, ob, a, oa
+            first = a["id"] == b["id"]
+        else:
+            if is_reference(b) and not is_reference(a):
+                a, oa, b, ob = b, ob, a, oa
+            first = is_reference(a)
+        scored.append(((referee(a) != referee(b), not first, i, j), (a, oa, b, ob)))
+    return [pair for _, pair in sorted(scored, key=lambda s: s[0])]
+
+
+def paired_rows(evals: list[dict], n_boot: int = 2000, ci: float = 0.95, across_runs: bool = False,
+                short: Callable[[str], str] = str) -> tuple[list[PairedDiff], pd.DataFrame, int]:
+    """(the PairedDiffs shown, their table, how many pairs were left out past MAX_PAIRS)."""
+    pairs = candidate_pairs(evals, across_runs)
+    diffs, rows = [], []
+    for a, oa, b, ob in pairs[:MAX_PAIRS]:
+        res = paired_difference(oa, ob, eval_name(a), eval_name(b), ci=ci, n_boot=n_boot)
+        ra, rb = referee(a), referee(b)
+        judged = short(ra[1]) if ra == rb else f"differs: {_referee_text(ra, short)} vs {_referee_text(rb, short)}"
+        diffs.append(res)
+        rows.append({**res.to_row(), "referee": judged})
+    table = pd.DataFrame(rows)
+    if len(table) and table["McNemar p"].isna().all():
+        table = table.drop(columns=["McNemar p"])  # no pair with one 0/1 trial per task: nothing to show
+    elif len(table):
+        table["McNemar p"] = pd.to_numeric(table["McNemar p"])  # None where it does not apply: shown as –
+    return diffs, table, max(0, len(pairs) - MAX_PAIRS)
+
+
+def _referee_text(r: tuple, short: Callable[[str], str]) -> str:
+    protocol, user, temp = r
+    return f"{short(user)} ({protocol}{'' if temp is None else f', T={temp}'})"
+
+
+def paired_section(data: dict, bootstrap: int, ci: float, across_runs: bool = False,
+                   short: Callable[[str], str] = str) -> Optional[Section]:
+    """The section, or None when no two evaluations share a task (0 or 1 evaluation, disjoint sets)."""
+    diffs, table, left_out = paired_rows(data.get("evals") or [], bootstrap, ci, across_runs, short)
+    data["paired"] = diffs
+    if not diffs:
+        return None
+    sec = Section("Paired comparisons")
+    sec.text("Two evaluations scored on the same tasks, compared task by task (B − A; only "
+             "tasks both were scored on count, matched by task id; <i>unmatched</i>: tasks left out). "
+             "A task's pass^1 is its mean success over its trials; Δ is the mean per-task difference. "
+             f"{int(ci * 100)}% CI: paired bootstrap over tasks ({bootstrap} resamples). p: paired sign-flip "
+             "permutation test (exact up to 20 tasks that differ, else 20000 Monte Carlo draws); McNemar p: its "
+             "exact test, given for one 0/1 trial per task. MDE: the smallest true difference these tasks "
+             "detect with two-sided α = 0.05 and power 0.8, (z<sub>0.975</sub> + z<sub>0.8</sub>) · sd(d) / √n, "
+             "from the observed sd of the per-task differences, or a planning sd of √0.5 (half the tasks "
+             "discordant) when there are under 5 tasks or the observed sd is 0 (kit/eval/paired.py). "
+             + ("Pairs across runs only." if across_runs else
+                "Each arm against the base / SFT evaluations first, then the other pairs."))
+    sec.table(table)
+    if left_out:
+        sec.text(f"{left_out} more pairs not shown (the first {MAX_PAIRS} above).")
+    return sec
