@@ -32,6 +32,7 @@ user_tag = None  # 'fine-tuned' or 'raw' (None: inferred).
 tasks = None  # '@<synthesize>' (its rl_tasks.jsonl), a JSONL file of checked tasks, or 'split:<name>'. None: the latest synthesize stage.
 fallback_split = 'train'  # No synthesized tasks: train on this split of the domain (said loudly); the default set when it lacks it.
 dtype = 'auto'  # 'auto' (bf16 on CUDA, else fp32) or a torch dtype name.
+allow_overlap = False  # Train even when some RL tasks' gold actions are all in the policy's SFT data (a memorized task carries no signal); off: refused.
 train_steps = 100  # Optimizer steps `train()` runs.
 group_size = 8  # G: episodes per task; the group their advantages are normalised in (paper: 8-16).
 tasks_per_step = 16  # B: groups kept per optimizer step (paper: 16).
@@ -55,6 +56,16 @@ max_grad_norm = 1.0  # Gradient clipping by global norm.
 weight_decay = 0.0  # AdamW weight decay.
 user_temperature = 1.0  # User simulator sampling temperature.
 user_max_new_tokens = 96  # Most tokens per user turn.
+probe_k = 0  # Pass-rate curriculum (kit/train/grpo_curriculum.py): episodes per RL task the current policy runs before the first step (and every `probe_every` steps); steps draw only from tasks whose pass rate lies in [band_min, band_max]. 0 = off (every task is drawn). A public τ² GRPO run probes 16.
+probe_every = 0  # Steps between probes; 0 = only before the first step.
+band_min = 0.05  # Lowest probe pass rate a task may have to be drawn (default: drop tasks never solved).
+band_max = 0.8  # Highest probe pass rate a task may have to be drawn (default: drop tasks solved 13+ times of 16).
+probe_batch = 32  # Episodes rolled out together by a probe or a learning-curve evaluation.
+eval_every = 0  # Learning curve (kit/train/grpo_curve.py): pass^1 of the current policy on `eval_split` before the first step, every this many steps and after the last; the best and the last policy are both saved. 0 = off.
+eval_split = 'heldout_val'  # The learning curve's tasks: a split neither trained on nor the final test set (mock: 'heldout_val').
+eval_limit = None  # First N tasks of `eval_split` only.
+eval_trials = 1  # Learning-curve episodes per task.
+eval_temperature = 0.0  # Learning-curve sampling temperature (agent and user); 0 = greedy, which with one trial gives the least noisy curve.
 lora = False  # Train LoRA adapters (PEFT) instead of all weights; they are merged into the saved weights.
 lora_r = 16  # LoRA rank.
 lora_alpha = 32  # LoRA scaling numerator (the update is scaled by alpha / r).
