@@ -190,7 +190,7 @@ def test_evaluate_reports_protocol_columns_and_meta(mock, tmp_path):
     p.write_text(json.dumps([json.loads(task.model_dump_json())]))
     other = tmp_path / "sft_agent.jsonl"
     other.write_text(_sft_line("get_users", {}) + "\n")
-    cfg = EvalConfig(domain="mock", tasks_file=str(p), trials=2, training_data=[str(other)])
+    cfg = EvalConfig(domain="mock", tasks_file=str(p), trials=2, temperature=0.6, training_data=[str(other)])
     res = evaluate(cfg, agent=ScriptedAgent(task), user=ScriptedUser(task), progress=False)
     df = res.episodes
     assert {"request_stated", "proper_end"} <= set(df.columns)

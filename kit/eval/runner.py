@@ -1,6 +1,6 @@
 """Evaluate an agent on a τ² task set: episodes, verdicts, pass^k, user deviations.
 
-    res = evaluate(EvalConfig(domain="mock", model="embedded", user_model="embedded", trials=4))
+    res = evaluate(EvalConfig(domain="mock", model="embedded", user_model="embedded", trials=4, temperature=0.6))
     res.passk            # {1: 0.11, 2: ..., 3: ..., 4: ...}
     res.episodes         # pandas DataFrame, one row per episode
 
