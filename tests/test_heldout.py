@@ -184,6 +184,23 @@ def test_validation_and_test_slices_are_disjoint_stratified_and_fixed(dom, tasks
         heldout_tasks("mock", "heldout_train")
 
 
+def test_the_engine_and_the_leak_check_see_every_held_out_task(dom, tasks):
+    """The engine rejects a proposal holding the solution of any held-out task (reject_held_out), and the
+    leak check finds an evaluation task of either slice whose gold actions a run trained on."""
+    from kit.engine.validate import evaluation_action_keys, executable_checks
+    from kit.eval.leak import gold_action_keys, leak_report
+
+    assert {t.id for t in tasks} <= set(evaluation_action_keys(dom))
+    newest = [t for t in tasks if task_meta(t)["shape"] == "lookup_complete"][-1]  # added with the second version
+    reasons = [r for r in executable_checks(dom, newest) if r["check"] == "held_out"]
+    assert reasons and f"evaluation task {newest.id}:" in reasons[0]["detail"], reasons
+    seen = set().union(*(gold_action_keys(t) for t in tasks[-10:]))
+    for split in ("heldout_val", "heldout_test"):
+        part = dom.tasks(split)
+        trained_on = {t.id for t in part} & {t.id for t in tasks[-10:]}
+        assert trained_on and set(leak_report(part, seen)["overlapping_task_ids"]) >= trained_on, split
+
+
 def test_the_first_version_is_kept_as_it_was(tasks):
     core = [{k: t[k] for k in ("id", "user_scenario", "initial_state", "evaluation_criteria")}
             for t in json.loads(HELDOUT_FILES["mock"].read_text(encoding="utf-8"))[:60]]

@@ -5,6 +5,7 @@
     val = heldout_tasks("mock", "heldout_val")     # the fixed validation slice (63): learning curves
     test = heldout_tasks("mock", "heldout_test")   # the fixed test slice (189): the numbers a run reports
     task_meta(tasks[0])                            # {"shape": "create", "phrasing": "template", "split": "test", ...}
+    task_labels(dom, tasks)                        # {task id: (shape, phrasing)}: what evaluation breaks pass^1 down by
 
 They are never trained on, and are made independently of the data engine (kit/engine), so an
 evaluation on them measures what the engine's tasks taught rather than what they repeated:
@@ -36,6 +37,26 @@ def task_meta(task) -> Optional[dict]:
     except (TypeError, ValueError):
         return None
     return meta if isinstance(meta, dict) and "shape" in meta and "phrasing" in meta else None
+
+
+def task_labels(domain, tasks) -> dict[str, tuple[str, str]]:
+    """{task id: (shape, phrasing)} of evaluation tasks, for pass^1 by shape and by phrasing. A held-out
+    task has its own labels; any other task's shape is its gold tools in order ('update_task_status',
+    'create_task+update_task_status'; 'no_actions' without any), and its phrasing is 'tau2' when it is one
+    of tau2's own tasks of a built-in domain (`domain`: a kit Domain), else 'unlabelled'."""
+    from kit.envs.domain import BUILTIN_DOMAINS
+
+    own = {t.id for t in domain.tasks(None)} if domain.name in BUILTIN_DOMAINS else set()
+    out = {}
+    for t in tasks:
+        meta = task_meta(t)
+        if meta is not None:
+            out[t.id] = (str(meta["shape"]), str(meta["phrasing"]))
+            continue
+        crit = t.evaluation_criteria
+        names = [a.name for a in ((crit.actions if crit else None) or [])]
+        out[t.id] = ("+".join(names) or "no_actions", "tau2" if t.id in own else "unlabelled")
+    return out
 
 
 def heldout_tasks(domain: str, split: str = HELDOUT_SPLIT) -> list:
