@@ -150,7 +150,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(f"protocol {m.get('protocol', 'kit')}; pass^1 95% CI {m.get(M.PASS1_CI95)}; "
           f"user: request stated {fmt(m.get(M.REQUEST_STATED_RATE))}, proper end {fmt(m.get(M.PROPER_END_RATE))}, "
           f"deviation rate {fmt(m.get(M.USER_DEVIATION_RATE))}  "
-          f"(model={out.model}, user={out.user_model}, T={config.temperature}, tau2 {m.get('tau2_version')})")
+          f"(model={out.model}, user={out.user_model}, agent T={config.temperature}, "
+          f"user T={config.user_temperature}, tau2 {m.get('tau2_version')})")
     if config.cross_check:
         print(f"tau2 agreement: {100 * res.meta.get('tau2_agreement', 0):.1f}%")
     return 0

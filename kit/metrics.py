@@ -14,6 +14,8 @@ USER_DEVIATION_RATE = "user_deviation_rate"  # episodes where the user simulator
 REQUEST_STATED_RATE = "request_stated_rate"  # the user's first message states the request
 PROPER_END_RATE = "proper_end_rate"          # episodes ended by a stop, not by the message budget
 PASS1_CI95 = "pass1_ci95"                    # 95% bootstrap interval of pass^1 over tasks
+PASS1_BY_SHAPE = "pass1_by_shape"            # {shape: {"pass^1", "tasks"}}: kit.data.task_labels
+PASS1_BY_PHRASING = "pass1_by_phrasing"      # {phrasing: {"pass^1", "tasks"}}: template / free_form / tau2
 
 
 def pass_k(k: int) -> str:
@@ -41,6 +43,8 @@ LABELS = {
     REQUEST_STATED_RATE: "request stated",
     PROPER_END_RATE: "proper end",
     PASS1_CI95: "pass^1 95% CI",
+    PASS1_BY_SHAPE: "pass^1 by task shape",
+    PASS1_BY_PHRASING: "pass^1 by phrasing",
     REWARD_MEAN: "reward (mean)",
     FILTERED_FRAC: "filtered frac",
 }

@@ -35,10 +35,12 @@ def _eval(st: Stage, rewards: dict[str, list[float]], label: str, domain: str = 
     n = len(next(iter(rewards.values())))
     p1 = sum(sum(r == 1.0 for r in rs) / len(rs) for rs in rewards.values()) / len(rewards)
     passk = {1: p1, **({2: p1 * 0.8} if n >= 2 else {})}
+    t = 0.6 if n > 1 else 0.0  # more than one trial samples
     meta = {"domain": domain, "tasks": len(rewards), "trials": n, "model": model, "user_model": user_model,
-            "temperature": 0.0, "tau2_version": "26.3",
+            "temperature": t, "user_temperature": t, "tau2_version": "26.3",
             M.USER_DEVIATION_RATE: float((eps["user_deviations"] > 0).mean())}
-    EvalResult(EvalConfig(domain=domain, model=model, trials=n), eps, passk, meta).write(st.out_dir)
+    EvalResult(EvalConfig(domain=domain, model=model, trials=n, temperature=t, user_temperature=t), eps, passk,
+               meta).write(st.out_dir)
     st.finish(outputs_class("evaluate")(
         files={"eval": str(st.out_dir / "eval.json"), "episodes": str(st.out_dir / "episodes.csv")}, label=label,
         passk={str(k): v for k, v in passk.items()}, model=model, user_model=user_model,

@@ -87,7 +87,8 @@ def test_evaluation_resumes_from_finished_episodes(tmp_path):
     task = load_domain("mock").tasks()[1]
     p = tmp_path / "t.json"
     p.write_text(json.dumps([json.loads(task.model_dump_json())]))
-    cfg = EvalConfig(domain="mock", tasks_file=str(p), trials=2, out_dir=str(tmp_path / "ev"), cross_check=True)
+    cfg = EvalConfig(domain="mock", tasks_file=str(p), trials=2, temperature=0.6,
+                     out_dir=str(tmp_path / "ev"), cross_check=True)
     res = evaluate(cfg, agent=ScriptedAgent(task), user=ScriptedUser(task), progress=False)
     assert res.passk[1] == 1.0 and res.meta["tau2_agreement"] == 1.0
     assert res.summary_line() == "pass^1 1.0000 (n=1, trials=2)"
@@ -97,3 +98,28 @@ def test_evaluation_resumes_from_finished_episodes(tmp_path):
     res = evaluate(cfg, agent=ScriptedAgent(task), user=ScriptedUser(task), progress=False)
     assert len((tmp_path / "ev" / "trajectories.jsonl").read_text().splitlines()) == 3
     assert len(res.episodes) == 3 and res.meta["model"] == "embedded" and res.meta["tau2_version"]
+
+
+def test_more_than_one_trial_must_sample():
+    """Greedy trials are copies of one another: trials > 1 at temperature 0 is refused where the knobs are
+    read (a recipe, `kit eval`, the evaluate stage), naming the field and the fix."""
+    from pydantic import ValidationError
+
+    from kit.eval.config import EvalKnobs
+    from kit.stages.evaluate import Config
+
+    assert EvalKnobs().trials == 1 and EvalKnobs().temperature == 0.0  # the defaults: one greedy episode
+    assert EvalKnobs(trials=1, temperature=0).trials == 1
+    assert EvalKnobs(trials=4, temperature=0.6, user_temperature=0.6).temperature == 0.6
+    assert EvalKnobs(trials=4, temperature=0.6).user_temperature == 0.0  # a greedy referee user is allowed
+    for cls in (EvalKnobs, EvalConfig, Config):
+        extra = {"domain": "mock"} if cls is not EvalKnobs else {}
+        with pytest.raises(ValidationError) as e:
+            cls(trials=4, **extra)
+        (err,) = e.value.errors()
+        assert err["loc"] == ("temperature",), err
+        assert "trials > 1 at temperature 0 repeats one greedy episode" in err["msg"]
+        assert "temperature (the paper evaluates at 0.6" in err["msg"] and "trials: 1" in err["msg"]
+    # an earlier evaluation's record (eval.json's config, read back by the report) is what ran, not a request
+    old = EvalConfig.model_validate({"domain": "mock", "trials": 4}, context={"recorded": True})
+    assert (old.trials, old.temperature) == (4, 0.0)

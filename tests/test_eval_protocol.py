@@ -190,7 +190,7 @@ def test_evaluate_reports_protocol_columns_and_meta(mock, tmp_path):
     p.write_text(json.dumps([json.loads(task.model_dump_json())]))
     other = tmp_path / "sft_agent.jsonl"
     other.write_text(_sft_line("get_users", {}) + "\n")
-    cfg = EvalConfig(domain="mock", tasks_file=str(p), trials=2, training_data=[str(other)])
+    cfg = EvalConfig(domain="mock", tasks_file=str(p), trials=2, temperature=0.6, training_data=[str(other)])
     res = evaluate(cfg, agent=ScriptedAgent(task), user=ScriptedUser(task), progress=False)
     df = res.episodes
     assert {"request_stated", "proper_end"} <= set(df.columns)
@@ -222,3 +222,75 @@ def test_report_shows_the_protocol_columns():
     assert (row["request stated"], row["proper end"], row["pass^1 95% CI"]) == (0.25, 0.75, "[0.000, 1.000]")
     assert row["train/test overlap"] == "1/2"
     assert table.iloc[1][["request stated", "proper end", "pass^1 95% CI"]].isna().all()  # an older eval.json
+    assert (row["agent T"], row["user T"]) == (None, None)  # not recorded: shown as missing, never as 0
+
+
+# ----- pass^1 by task shape and phrasing -----------------------------------------------------------
+
+
+def test_pass1_is_broken_down_by_shape_and_phrasing_in_eval_json_and_the_report(mock, tmp_path):
+    """A real evaluation over held-out tasks of two phrasings and one of tau2's own: the agent replays one
+    task's gold, so exactly that task passes; eval.json, every episode row and the report's tables say so."""
+    from _fake_run import _stage
+
+    from kit.data import task_meta
+    from kit.files import write_json
+    from kit.rollout import ScriptedAgent, ScriptedUser
+    from kit.runner.report import build_report
+    from kit.stages import outputs_class
+
+    held = mock.tasks("heldout")
+    solved = next(t for t in held if (task_meta(t)["shape"], task_meta(t)["phrasing"]) == ("lookup_create", "free_form"))
+    tasks = [held[0], solved, held[2], _task(mock, "update_task_1")]  # create / complete (template), tau2's own
+    p = tmp_path / "tasks.json"
+    p.write_text(json.dumps([json.loads(t.model_dump_json()) for t in tasks]))
+    run = tmp_path / "runs" / "bd"
+    st, entry = _stage(run, "evaluate", "evaluate")
+    cfg = EvalConfig(domain="mock", tasks_file=str(p), trials=2, temperature=0.6, user_temperature=0.6,
+                     out_dir=str(st.out_dir))
+    res = evaluate(cfg, agent=ScriptedAgent(solved), user=ScriptedUser(solved), progress=False)
+    assert res.passk[1] == 0.25
+    assert res.meta["pass1_by_phrasing"] == {"template": {"pass^1": 0.0, "tasks": 2},
+                                             "free_form": {"pass^1": 1.0, "tasks": 1},
+                                             "tau2": {"pass^1": 0.0, "tasks": 1}}
+    assert res.meta["pass1_by_shape"] == {"create": {"pass^1": 0.0, "tasks": 1},
+                                          "lookup_create": {"pass^1": 1.0, "tasks": 1},
+                                          "complete": {"pass^1": 0.0, "tasks": 1},
+                                          "update_task_status": {"pass^1": 0.0, "tasks": 1}}
+    rows = json.loads((st.out_dir / "eval.json").read_text())["episodes"]
+    assert {(r["task_id"], r["shape"], r["phrasing"]) for r in rows} == {
+        (held[0].id, "create", "template"), (solved.id, "lookup_create", "free_form"),
+        (held[2].id, "complete", "template"), ("update_task_1", "update_task_status", "tau2")}
+    st.finish(outputs_class("evaluate")(files={"eval": str(st.out_dir / "eval.json"),
+                                               "episodes": str(st.out_dir / "episodes.csv")},
+                                        label="scripted", passk={"1": 0.25}, model="embedded",
+                                        user_model="embedded", tasks=4, trials=2))
+    write_json(run / "manifest.json", {"run_id": "bd", "recipe": {"path": "x", "parsed": {"name": "bd"}},
+                                       "stages": [entry]})
+    rep = build_report(run, tmp_path / "rep", bootstrap=50)
+    by = rep.data["eval_breakdown"]
+    assert by["phrasing"].to_dict("records") == [{"evaluation": "scripted", "template": "0.00 (2)",
+                                                  "free_form": "1.00 (1)", "tau2": "0.00 (1)"}]
+    assert list(by["shape"].columns) == ["evaluation", "create", "lookup_create", "complete", "update_task_status"]
+    row = rep.data["eval_table"].iloc[0]
+    assert (row["agent T"], row["user T"]) == (0.6, 0.6)
+    page = rep.html_path.read_text(encoding="utf-8")
+    assert "pass^1 by phrasing and by task shape" in page and "<th>free_form</th>" in page
+
+
+def test_the_breakdown_reads_older_eval_json_from_its_episode_rows_or_shows_nothing():
+    import pandas as pd
+
+    from kit.runner.report import breakdown_table
+
+    eps = pd.DataFrame([{"task_id": t, "trial": k, "reward": r, "shape": s, "phrasing": ph}
+                        for t, s, ph, rs in (("a", "create", "free_form", [1.0, 0.0]), ("b", "create", "template",
+                                                                                        [1.0, 1.0]))
+                        for k, r in enumerate(rs)])
+    ev = {"episodes": eps, "meta": {}, "passk": {1: 0.75}, "summary": {"label": "rows only"}, "params": {},
+          "key": "e", "arm": None}
+    table = breakdown_table([ev], "phrasing")
+    assert table.to_dict("records") == [{"evaluation": "rows only", "template": "1.00 (1)", "free_form": "0.50 (1)"}]
+    assert breakdown_table([ev], "shape").to_dict("records") == [{"evaluation": "rows only", "create": "0.75 (2)"}]
+    bare = {**ev, "episodes": eps.drop(columns=["shape", "phrasing"])}
+    assert breakdown_table([bare], "shape") is None  # an eval.json from before the labels: no table

@@ -173,6 +173,12 @@ BAD = {
                                         ":7: arms[0].set.synthesize.rounds: Input should be a valid integer"),
     "arm skips an unknown stage": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\narms:\n"
                                    "  - {name: a, skip: [grpo]}\n", ":6: arms[0].skip[0]: no stage with id 'grpo'"),
+    "greedy trials": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n    params: {split: heldout, trials: 4}\n",
+                      ":5: stages[0].params.temperature: trials > 1 at temperature 0 repeats one greedy episode "
+                      "(trials is 4); set temperature (the paper evaluates at 0.6"),
+    "greedy trials from an arm": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n    params:\n"
+                                  "      temperature: 0\narms:\n  - {name: a, set: {evaluate.trials: 2}}\n",
+                                  ":6: stages[0].params.temperature: trials > 1 at temperature 0"),
     "unset environment variable": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n"
                                    "    params: {model: '${KIT_TEST_SURELY_UNSET}'}\n",
                                    ":5: stages[0].params.model: environment variable KIT_TEST_SURELY_UNSET is not set"),
@@ -224,7 +230,7 @@ def test_kit_run_refuses_a_bad_recipe_before_anything_runs(tmp_path):
 
 def test_set_overrides_and_env_defaults(tmp_path, monkeypatch):
     text = ("name: x\ndomain: '${KIT_TEST_DOMAIN:-mock}'\nstages:\n  - stage: evaluate\n"
-            "    params: {trials: '${KIT_TEST_TRIALS:-3}'}\n")
+            "    params: {trials: '${KIT_TEST_TRIALS:-3}', temperature: 0.6}\n")
     p = write(tmp_path, text)
     r = load_recipe(p)
     assert r.plan[0].params["domain"] == "mock" and r.plan[0].params["trials"] == 3
@@ -331,7 +337,7 @@ def test_failing_stage_keeps_its_traceback_and_a_rerun_resumes_there(tmp_path, m
     res = Runner(recipe, **kw).run()
     assert res.executed == [] and len(res.skipped) == 4
     old_fp = json.loads((run_dir / "evaluate" / "stage.json").read_text())["fingerprint"]
-    res = Runner(load_recipe(write(tmp_path, CHAIN), {"evaluate.trials": 2}), **kw).run()
+    res = Runner(load_recipe(write(tmp_path, CHAIN), {"evaluate.trials": 2, "evaluate.temperature": 0.6}), **kw).run()
     assert res.executed == ["evaluate", "report"]
     # the replaced run of the stage is kept beside it, never overwritten in place
     kept = run_dir / f"evaluate.replaced-{old_fp[:12]}"
@@ -421,7 +427,7 @@ def test_arms_share_identical_stages_and_the_report_runs_once(tmp_path):
 
     nbs = stub_notebooks(tmp_path / "nbs")
     text = ("name: ab\ndomain: mock\nstages:\n  - stage: sft_agent\n  - stage: evaluate\n  - stage: report\n"
-            "arms:\n  - {name: a, paper: 50.0}\n  - {name: b, set: {evaluate.trials: 3}, paper: 60.0}\n"
+            "arms:\n  - {name: a, paper: 50.0}\n  - {name: b, set: {evaluate.trials: 3, evaluate.temperature: 0.6}, paper: 60.0}\n"
             "  - {name: c, skip: [sft_agent]}\n")
     res = Runner(load_recipe(write(tmp_path, text)), None, tmp_path / "runs", tmp_path / "reports", nbs,
                  stream=open(tmp_path / "log", "w")).run()

@@ -77,3 +77,7 @@ def test_episodes_through_tau2_orchestrator_then_resume(server, tmp_path):
     assert {"task_id", "trial", "reward", "termination"} <= set(again.episodes.columns)
     assert again.episodes["reward"].tolist() == [rows[(t, 0)]["reward"] for t in TASK_IDS]
     assert again.passk == res["passk"]
+    # tau2's own tasks: phrasing 'tau2', shape their gold tools, in the rows and in pass^1's breakdown
+    assert again.episodes["shape"].tolist() == ["create_task", "update_task_status"]
+    assert set(again.episodes["phrasing"]) == {"tau2"}
+    assert again.meta["pass1_by_phrasing"] == {"tau2": {"pass^1": again.passk[1], "tasks": 2}}

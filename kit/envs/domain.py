@@ -27,7 +27,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Optional
 
 from kit import _tau2  # noqa: F401  (sets the offline environment before tau2 loads)
-from kit.data import HELDOUT_FILES, HELDOUT_SPLIT, heldout_tasks
+from kit.data import HELDOUT_FILES, HELDOUT_SPLIT, HELDOUT_SPLITS, heldout_tasks
 from kit.envs.cow import WriteGuard, fork_db, table_fields
 from kit.envs.episode import EpisodeEnv
 from kit.envs.rules import BUILTIN_RULES, PolicyRule
@@ -148,12 +148,13 @@ class Domain:
     # -- tasks --------------------------------------------------------------------------
     def tasks(self, split: Optional[str] = "default") -> list[Task]:
         """Tasks of a split ('default' = tau2's default task set; None = every task;
-        'heldout' = the kit's held-out set, kit/data/, where it ships one for this domain)."""
+        'heldout' = the kit's held-out set, kit/data/, where it ships one for this domain; 'heldout_val' and
+        'heldout_test' its fixed validation and test slices)."""
         if split == "default":
             split = self.default_split
         if split not in self._task_cache:  # tau2 re-reads (telecom: 14 MB) per call
-            if split == HELDOUT_SPLIT and self.name in HELDOUT_FILES:
-                self._task_cache[split] = heldout_tasks(self.name)
+            if split in HELDOUT_SPLITS and self.name in HELDOUT_FILES:
+                self._task_cache[split] = heldout_tasks(self.name, split)
             else:
                 try:
                     self._task_cache[split] = self._get_tasks(split)
@@ -161,7 +162,8 @@ class Domain:
                     from kit.errors import UnknownName
 
                     raise UnknownName(f"domain '{self.name}' has no task split {split!r} ({e})",
-                                      "use one of its splits, 'default' (tau2's default set) or 'heldout'") from None
+                                      "use one of its splits, 'default' (tau2's default set) or "
+                                      f"{', '.join(repr(s) for s in HELDOUT_SPLITS)}") from None
         return list(self._task_cache[split])
 
     def task(self, task_id: str) -> Task:

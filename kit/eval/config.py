@@ -10,19 +10,21 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
 class EvalKnobs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     split: Optional[str] = Field(default="default", description="τ² split: train / test / base, 'default' "
-                                 "(tau2's default set), 'heldout' (the kit's own) or None (all).")
+                                 "(tau2's default set), 'heldout' (the kit's own; 'heldout_val' / 'heldout_test' "
+                                 "its fixed validation / test slices) or None (all).")
     tasks_file: Optional[str] = Field(default=None, description="JSON list or JSONL of tau2 Task objects; "
                                       "replaces `split`.")
-    trials: int = Field(default=4, ge=1, description="Episodes per task (pass^k needs k <= trials).")
-    temperature: float = Field(default=0.0, ge=0, description="Agent sampling temperature (the paper evaluates "
-                               "at 0.6; tau2's papers often at 0).")
+    trials: int = Field(default=1, ge=1, description="Episodes per task (pass^k needs k <= trials; more than one "
+                        "needs a sampling temperature).")
+    temperature: float = Field(default=0.0, ge=0, validate_default=True, description="Agent sampling temperature "
+                               "(the paper evaluates at 0.6; tau2's papers often at 0); above 0 when trials > 1.")
     user_temperature: float = Field(default=0.0, ge=0, description="User simulator sampling temperature.")
     max_new_tokens: int = Field(default=192, ge=1, description="Most tokens per agent turn.")
     user_max_new_tokens: int = Field(default=192, ge=1, description="Most tokens per user turn.")
@@ -41,6 +43,18 @@ class EvalKnobs(BaseModel):
                                              "'tau2' (tau2's own orchestrator, agent, user simulator and "
                                              "evaluator through litellm; needs openai: specs, see "
                                              "kit.eval.tau2_native).")
+
+    @field_validator("temperature")
+    @classmethod
+    def _trials_sample(cls, v: float, info: ValidationInfo) -> float:
+        # greedy trials are copies of one another: pass^k over them measures nothing new. A config read
+        # back from an earlier evaluation's eval.json (context {"recorded": True}) is what ran, not a request.
+        trials = info.data.get("trials")
+        if isinstance(trials, int) and trials > 1 and v == 0 and not (info.context or {}).get("recorded"):
+            raise ValueError(f"trials > 1 at temperature 0 repeats one greedy episode (trials is {trials}); set "
+                             "temperature (the paper evaluates at 0.6: temperature: 0.6, user_temperature: 0.6) "
+                             "or trials: 1")
+        return v
 
 
 class EvalConfig(EvalKnobs):

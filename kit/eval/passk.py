@@ -67,3 +67,14 @@ def pass1_interval(results: dict[str, list[float]], ci: float = 0.95, n_boot: in
         stats[b] = np.mean([groups[i][rng.integers(0, len(groups[i]), size=len(groups[i]))].mean() for i in picks])
     lo, hi = np.quantile(stats, [(1 - ci) / 2, 1 - (1 - ci) / 2])
     return point, float(lo), float(hi)
+
+
+def pass1_by(results: dict[str, list[float]], labels: dict[str, str]) -> dict[str, dict]:
+    """pass^1 over the tasks of each label: {label: {"pass^1", "tasks"}}, labels in the order first seen
+    (`labels`: task id -> label; a task without trials or without a label is left out)."""
+    groups: dict[str, list[list[float]]] = {}
+    for task_id, rewards in results.items():
+        if rewards and task_id in labels:
+            groups.setdefault(labels[task_id], []).append(rewards)
+    return {label: {"pass^1": sum(sum(map(is_success, r)) / len(r) for r in rs) / len(rs), "tasks": len(rs)}
+            for label, rs in groups.items()}

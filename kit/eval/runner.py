@@ -1,6 +1,6 @@
 """Evaluate an agent on a τ² task set: episodes, verdicts, pass^k, user deviations.
 
-    res = evaluate(EvalConfig(domain="mock", model="embedded", user_model="embedded", trials=4))
+    res = evaluate(EvalConfig(domain="mock", model="embedded", user_model="embedded", trials=4, temperature=0.6))
     res.passk            # {1: 0.11, 2: ..., 3: ..., 4: ...}
     res.episodes         # pandas DataFrame, one row per episode
 
@@ -8,7 +8,8 @@ Every episode is scored by the kit verifier; with `cross_check` also by tau2's o
 evaluator, and the agreement is reported. Trajectories are appended, one complete JSON line
 per finished episode, to `<out_dir>/trajectories.jsonl`; a rerun skips the (task, trial)
 pairs already there, so a killed evaluation resumes. Next to every number the result
-records the model, the user simulator, sampling, trials and the tau2 version.
+records the model, the user simulator, sampling, trials and the tau2 version, and pass^1 is broken
+down by task shape and by phrasing (kit.data.task_labels; every episode row carries both).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import pandas as pd
 
 from kit import metrics as M
 from kit._tau2 import TAU2_VERSION
+from kit.data import task_labels
 from kit.envs import load_domain
 from kit.eval.config import EvalConfig
 from kit.eval.leak import gold_action_keys, leak_report, training_action_keys, training_files
-from kit.eval.passk import pass1_interval, pass_k_table
+from kit.eval.passk import pass1_by, pass1_interval, pass_k_table
 from kit.eval.results import EvalResult, done_pairs, load_tasks_file
 from kit.llm.types import SamplingParams
 from kit.rollout.fidelity import proper_end, request_stated, user_deviations
@@ -65,6 +67,13 @@ def _check_leak(cfg: EvalConfig, dom, tasks) -> tuple[dict, Optional[str]]:
         raise ValueError(msg + " (set allow_overlap to evaluate anyway)")
     log.warning(msg)
     return leak, msg + " (allowed: allow_overlap)"
+
+
+def breakdown(labels: dict[str, tuple[str, str]], by_task: dict[str, list[float]]) -> dict:
+    """meta's pass^1 by task shape and by phrasing, from {task id: (shape, phrasing)} and the rewards."""
+    results = {k: v for k, v in by_task.items() if v}
+    return {M.PASS1_BY_SHAPE: pass1_by(results, {t: s for t, (s, _) in labels.items()}),
+            M.PASS1_BY_PHRASING: pass1_by(results, {t: p for t, (_, p) in labels.items()})}
 
 
 def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> EvalResult:
@@ -114,6 +123,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
                 f.write("".join(line + "\n" for line in lines))
     rows, by_task = [], {t.id: [] for t in tasks}
     task_by_id = {t.id: t for t in tasks}
+    labels = task_labels(dom, tasks)
     for (task_id, k), traj in sorted(trajs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         task = task_by_id.get(task_id)
         if task is None:
@@ -121,7 +131,8 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         v = verify(dom, task, traj)
         devs = user_deviations(task, traj, goal_reached=(v.reward == 1.0))
         stated = request_stated(task, traj, domain=dom)
-        row = {"task_id": task_id, "trial": k, "reward": v.reward, "termination": traj.termination_reason,
+        row = {"task_id": task_id, "trial": k, "shape": labels[task_id][0], "phrasing": labels[task_id][1],
+               "reward": v.reward, "termination": traj.termination_reason,
                "steps": traj.meta.get("steps"), "tool_errors": traj.meta.get("errors"),
                "agent_tokens": traj.meta.get("agent_tokens"), "duration_s": traj.duration,
                "user_deviations": len(devs), "deviation_kinds": ",".join(sorted({d.kind for d in devs})),
@@ -145,6 +156,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         M.REQUEST_STATED_RATE: _rate(df["request_stated"]) if len(df) else None,
         M.PROPER_END_RATE: _rate(df["proper_end"]) if len(df) else None,
         M.PASS1_CI95: list(pass1_interval({k: v for k, v in by_task.items() if v})[1:]) if len(df) else None,
+        **(breakdown(labels, by_task) if len(df) else {}),
         "leak": leak,
         "warnings": [w for w in (budget_warning, leak_warning) if w],
     }

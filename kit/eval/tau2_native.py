@@ -154,21 +154,29 @@ def evaluate_config(cfg, agent=None, user=None):
 
     import pandas as pd
 
+    from kit.data import task_labels
     from kit.envs import load_domain
     from kit.eval.results import EvalResult, load_tasks_file
+    from kit.eval.runner import breakdown
 
     if agent is not None or user is not None:
         raise ValueError("protocol='tau2' drives tau2's own LLMAgent/UserSimulator through litellm: "
                          "pass endpoints as cfg.model / cfg.user_model ('openai:URL#MODEL'), not backends")
-    tasks = load_tasks_file(cfg.tasks_file) if cfg.tasks_file else load_domain(cfg.domain).tasks(cfg.split)
+    dom = load_domain(cfg.domain)
+    tasks = load_tasks_file(cfg.tasks_file) if cfg.tasks_file else dom.tasks(cfg.split)
     tasks = tasks[: cfg.limit] if cfg.limit else tasks
+    labels = task_labels(dom, tasks)
     out = evaluate_tau2_native(cfg.domain, tasks, cfg.model, cfg.user_model, cfg.trials, cfg.max_messages,
                                cfg.temperature, cfg.user_temperature, cfg.seed, cfg.out_dir,
                                max_errors=cfg.max_errors, concurrency=cfg.batch_size)
     df = pd.DataFrame(out.pop("episodes"))
     df["termination"] = df["termination_reason"]
+    df.insert(2, "shape", df["task_id"].map(lambda t: labels[t][0]))
+    df.insert(3, "phrasing", df["task_id"].map(lambda t: labels[t][1]))
+    by_task = {t: list(g["reward"]) for t, g in df.groupby("task_id", sort=False)}
     meta = {**{k: v for k, v in out.items() if k != "passk"}, "protocol": "tau2",
-            "model": cfg.model, "user_model": cfg.user_model, "split": cfg.split, "tasks_file": cfg.tasks_file}
+            "model": cfg.model, "user_model": cfg.user_model, "split": cfg.split, "tasks_file": cfg.tasks_file,
+            **breakdown(labels, by_task)}
     res = EvalResult(cfg, df, out["passk"], meta)
     if cfg.out_dir:
         Path(cfg.out_dir, "eval.json").write_text(json.dumps(res.to_json(), indent=2, default=str), encoding="utf-8")

@@ -128,7 +128,7 @@ def _eval_inputs(stage_dir: Path):
     from kit.stages import outputs_class
 
     ev = outputs_class("evaluate").from_stage_json(read_json(stage_dir / "stage.json") or {}).eval_json()
-    cfg = EvalConfig.model_validate(ev.get("config") or {})
+    cfg = EvalConfig.model_validate(ev.get("config") or {}, context={"recorded": True})  # as it ran
     rows = {(r["task_id"], int(r.get("trial") or 0)): r for r in ev.get("episodes") or []}
     trajs: dict = {}
     if (stage_dir / "trajectories.jsonl").exists():

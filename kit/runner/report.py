@@ -13,6 +13,8 @@ Read from the files the stages wrote (manifest.json, each stage's stage.json and
     user's first message stated the request and how often episodes ended by a stop
     (`request_stated_rate`, `proper_end_rate`), the train/test overlap (kit/eval/leak.py), and the
     paper's numbers for the same domain beside ours (kit/runner/paper.py)
+  - pass^1 of every evaluation by task shape and by phrasing (template / free_form / tau2: kit.data.task_labels),
+    and the agent's and the user's sampling temperature beside every number
   - for an ablation: pass^1 per arm with its interval, next to the paper's ablation numbers
   - paired comparisons of evaluations scored on the same tasks: B − A with a paired bootstrap
     interval, a sign-flip p-value and the minimum detectable difference (kit/runner/report_paired.py)
@@ -219,7 +221,12 @@ def protocol_columns(meta: dict) -> dict:
             M.label(M.PASS1_CI95): _ci_text(meta.get(M.PASS1_CI95)),
             M.label(M.REQUEST_STATED_RATE): meta.get(M.REQUEST_STATED_RATE),
             M.label(M.PROPER_END_RATE): meta.get(M.PROPER_END_RATE),
-            "train/test overlap": (f"{leak.get('n_overlap')}/{leak.get('n_tasks')}" if leak else None)}
+            "train/test overlap": (f"{leak.get('n_overlap')}/{leak.get('n_tasks')}" if leak else None),
+            "agent T": meta.get("temperature"), "user T": meta.get("user_temperature")}
+
+
+def _label(ev: dict) -> str:
+    return ev["summary"].get("label") or ev["params"].get("label") or ev["key"]
 
 
 def eval_table(evals: list[dict], n_boot: int, ci: float) -> pd.DataFrame:
@@ -227,18 +234,42 @@ def eval_table(evals: list[dict], n_boot: int, ci: float) -> pd.DataFrame:
     for ev in evals:
         p1, lo, hi = bootstrap_pass1(ev["episodes"], n_boot, ci)
         meta, pk = ev["meta"], ev["passk"]
-        label = ev["summary"].get("label") or ev["params"].get("label") or ev["key"]
-        row = {"evaluation": label, "arm": ev["arm"], "domain": meta.get("domain"), "tasks": meta.get("tasks"),
+        row = {"evaluation": _label(ev), "arm": ev["arm"], "domain": meta.get("domain"), "tasks": meta.get("tasks"),
                "trials": meta.get("trials"), "pass^1": pk.get(1, p1), "ci_low": lo, "ci_high": hi}
         for k in sorted(pk):
             if k > 1:
                 row[f"pass^{k}"] = pk[k]
         row.update(protocol_columns(meta))
         row.update({M.label(M.USER_DEVIATION_RATE): meta.get(M.USER_DEVIATION_RATE), "agent": meta.get("model"),
-                    "user simulator": meta.get("user_model"), "T": meta.get("temperature"),
-                    "tau2": meta.get("tau2_version")})
+                    "user simulator": meta.get("user_model"), "tau2": meta.get("tau2_version")})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+PHRASINGS = ("template", "free_form", "tau2", "unlabelled")  # the breakdown's column order (others after)
+
+
+def breakdown_table(evals: list[dict], by: str) -> Optional[pd.DataFrame]:
+    """pass^1 by task shape or by phrasing (`by`: 'shape' / 'phrasing'): one row per evaluation, one column
+    per label, each cell 'pass^1 (tasks)'. From eval.json's meta, else from the episode rows' labels; None
+    when no evaluation has either (eval.json files older than the breakdown)."""
+    from kit.eval.passk import pass1_by
+
+    key = {"shape": M.PASS1_BY_SHAPE, "phrasing": M.PASS1_BY_PHRASING}[by]
+    rows, cols = [], []
+    for ev in evals:
+        got, eps = ev["meta"].get(key), ev["episodes"]
+        if got is None and by in eps.columns:
+            got = pass1_by({t: list(g["reward"]) for t, g in eps.groupby("task_id")}, dict(zip(eps["task_id"], eps[by])))
+        if not got:
+            continue
+        cols += [k for k in got if k not in cols]
+        rows.append({"evaluation": _label(ev), **{k: f"{v['pass^1']:.2f} ({v['tasks']})" for k, v in got.items()}})
+    if not rows:
+        return None
+    if by == "phrasing":
+        cols = [c for c in PHRASINGS if c in cols] + [c for c in cols if c not in PHRASINGS]
+    return pd.DataFrame(rows, columns=["evaluation", *cols])
 
 
 def _short(value: Any, run_dir: Path) -> str:
@@ -358,6 +389,16 @@ def eval_section(data: dict, out: Path, figures: list, bootstrap: int, ci: float
     ev.table(shown)
     figures.append(fig_pass1(table, out / "pass1.png"))
     ev.figure(figures[-1])
+    parts = {by: breakdown_table(data["evals"], by) for by in ("phrasing", "shape")}
+    data["eval_breakdown"] = parts
+    if any(t is not None for t in parts.values()):
+        ev.text("pass^1 by phrasing and by task shape, each cell <i>pass^1 (tasks)</i> (kit.data.task_labels): "
+                "the held-out set's tasks carry their shape and phrasing (template or free_form, "
+                "scripts/make_mock_heldout.py); τ²'s own tasks count as phrasing <i>tau2</i>, their shape "
+                "named by their gold tools.")
+        for t in parts.values():
+            if t is not None:
+                ev.table(t)
     for dom in sorted({d for d in table["domain"].dropna()}):
         rows = paper.main_table(dom)
         if rows:

@@ -107,7 +107,8 @@ def config_from_args(config: type[BaseModel], args: Any, **fixed: Any) -> Any:
     try:
         return config.model_validate({**given, **fixed})
     except ValidationError as e:
-        bad = [f"--{str(err['loc'][0]).replace('_', '-') if err.get('loc') else '?'}: {err['msg']} "
+        bad = [f"--{str(err['loc'][0]).replace('_', '-') if err.get('loc') else '?'}: "
+               f"{err['msg'].removeprefix('Value error, ')} "
                f"(got {err.get('input')!r})" for err in e.errors()]
         raise BadInput("invalid value" + ("s" if len(bad) > 1 else "") + ":\n  " + "\n  ".join(bad),
                        "`kit <command> --help` lists each flag with its default") from None

@@ -6,7 +6,9 @@ interval on pass^1 over tasks, the user simulator's deviation rate, how often it
 states the request (request_stated) and how often episodes end by a stop rather than a limit
 (proper_end). `protocol: tau2` runs tau2's own orchestrator and user simulator instead
 (kit.eval.tau2_native). Every number is recorded with the agent, the user simulator, the sampling
-and the tau2 version. A rerun resumes (trajectories.jsonl).
+and the tau2 version, and pass^1 is also given per task shape and per phrasing (kit.data.task_labels).
+More than one trial must sample: trials > 1 at temperature 0 is refused (kit.eval.config). A rerun
+resumes (trajectories.jsonl).
 
 Leak check first (kit.eval.leak, before any model is loaded): the evaluation tasks' gold actions
 against what this run trained on (`training_data`; by default every synthesize / sft_user /
