@@ -13,11 +13,18 @@ With no engine tasks the stage trains on a split of the domain, said loudly (moc
 split: its default set is also what `evaluate` scores, which the report and the leak check show).
 
 Outputs: model/ (HF folder), metrics.jsonl (one line per step).
+
+A crash does not cost the run: every `save_every` steps the stage writes a checkpoint into
+checkpoints/ (kit/train/checkpoints.py); rerun (the same `kit run` command), it resumes from the
+newest one of the same fingerprint, keeps the metrics lines of the steps that holds, and ends
+with the weights an uninterrupted run would have. The checkpoints go once model/ is written.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -56,6 +63,8 @@ class Outputs(StageOutputs):
     user_tag: str = Field(description="'fine-tuned' or 'raw'.")
     reward_first: Optional[float] = None
     reward_last: Optional[float] = None
+    resumed_from: int = Field(default=0, description="Steps a crashed attempt had checkpointed, resumed from "
+                              "(0: trained in one go).")
 
     def history(self):
         """metrics.jsonl as a data frame: one row per step, columns named in kit.metrics."""
@@ -106,7 +115,6 @@ def run(config: Config, st) -> Outputs:
 
     from kit.checkers.checker import run_checker
     from kit.envs import load_domain
-    from kit.files import append_jsonl
     from kit.llm.spec import ModelSpec
     from kit.train.grpo import GRPOTrainer
     from kit.verify import verify
@@ -135,24 +143,56 @@ def run(config: Config, st) -> Outputs:
         print(f"rollouts: {config.rollout_server} ({cfg.weight_sync} weight sync after each step)")
     trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn)
     main = trainer.acc.is_main_process  # under `accelerate launch`, one process writes
-    if trainer.step_budget_warning and main:
-        st.warn(trainer.step_budget_warning)
-    metrics_file = st.out_dir / "metrics.jsonl"
-    if main:
-        metrics_file.write_text("")
+    for warning in (trainer.step_budget_warning, trainer.checkpoint_warning):
+        if warning and main:
+            st.warn(warning)
 
     def on_step(m: dict) -> None:
         if not main:
             return
         st.log("grpo", m, step=m["step"])
-        append_jsonl(metrics_file, m)
         print(f"step {m['step']}: reward {m[M.REWARD_MEAN]:.3f}, filtered {m[M.FILTERED_FRAC]:.2f}, "
               f"loss {m.get(M.LOSS, float('nan')):.4g}, {m[M.STEP_TIME]:.0f}s"
               + (f" SKIPPED: {m['skip_reason']}" if m["skipped"] else ""))
 
-    history = trainer.train(on_step=on_step)
-    trainer.save(st.out_dir / "model")
-    return Outputs(files={"model": str(st.out_dir / "model"), "metrics": str(metrics_file)},
+    history, resumed = train_resumably(trainer, st.out_dir, st.checkpoint_tag, on_step)
+    return Outputs(files={"model": str(st.out_dir / "model"), "metrics": str(st.out_dir / "metrics.jsonl")},
                    steps=config.train_steps, tasks=len(task_list), task_source=task_source, user_tag=tag,
                    reward_first=history[0][M.REWARD_MEAN] if history else None,
-                   reward_last=history[-1][M.REWARD_MEAN] if history else None)
+                   reward_last=history[-1][M.REWARD_MEAN] if history else None, resumed_from=resumed)
+
+
+def train_resumably(trainer, out_dir: Path, tag: Optional[str],
+                    on_step: Optional[Callable[[dict], None]] = None) -> tuple[list[dict], int]:
+    """Train to `train_steps` from the newest checkpoint of `tag` in out_dir/checkpoints (a crashed
+    attempt's; none: from step 0), write out_dir/model and remove the checkpoints. metrics.jsonl
+    keeps the lines of the steps the checkpoint holds (a crash may have left lines of later steps:
+    they are trained again) and gets one line per new step. `on_step` sees every step's metrics,
+    the earlier attempt's first (W&B gets the whole curve). Returns (every step's metrics, the
+    steps resumed from)."""
+    from kit.files import append_jsonl, atomic_write, read_jsonl
+
+    main = trainer.acc.is_main_process
+    metrics_file, checkpoints = out_dir / "metrics.jsonl", out_dir / "checkpoints"
+    done = trainer.resume(checkpoints, tag)
+    earlier = [m for m in read_jsonl(metrics_file) if m.get("step", done) < done] if done else []
+    if main:
+        atomic_write(metrics_file, "".join(json.dumps(m, default=str) + "\n" for m in earlier))
+        if done:
+            print(f"resuming from step {done} ({checkpoints}): {len(earlier)} steps' metrics kept, "
+                  f"{trainer.cfg.train_steps - done} steps to go")
+    for m in earlier:
+        if on_step is not None:
+            on_step(m)
+
+    def step_done(m: dict) -> None:
+        if main:
+            append_jsonl(metrics_file, m)
+        if on_step is not None:
+            on_step(m)
+
+    history = earlier + trainer.train(on_step=step_done, checkpoint_dir=checkpoints)
+    trainer.save(out_dir / "model")
+    if main:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    return history, done

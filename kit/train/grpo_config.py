@@ -75,6 +75,17 @@ class GRPOKnobs(LoRAKnobs):
     server_token_ids: bool = Field(default=True, description="Ask the server for the sampled token ids and "
                                    "log-probs (vLLM); False for servers without them (`transformers serve`): the "
                                    "completion is re-tokenized, counted in train/retokenized_turns.")
+    save_every: int = Field(default=10, ge=0, description="Write a checkpoint (trainable weights, optimizer, "
+                            "task draws, RNG streams, step) every this many steps into the stage's "
+                            "checkpoints/; a rerun after a crash resumes from the newest one and ends with the "
+                            "weights an uninterrupted run has (kit/train/checkpoints.py). 0 = never.")
+    keep_checkpoints: int = Field(default=1, ge=1, description="Checkpoints kept (the newest); more only help "
+                                  "when a disk corrupts the newest one. Removed once the stage saved its model.")
+
+
+# settings a run may change and still resume from another run's checkpoint (every other field of
+# GRPOConfig must be the same: GRPOTrainer.resume refuses a checkpoint written with other values)
+RESUMABLE_CHANGES = ("train_steps", "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "rollout_server")
 
 
 class GRPOConfig(GRPOKnobs):
