@@ -29,7 +29,8 @@ STEPS, SAVE_EVERY = 6, 2
 # a prefix every SFT row shares (>= 64 tokens: completion_loss runs it once and shares its cache)
 PREFIX = "<|im_start|>system\n" + "You are a careful assistant who answers briefly and exactly. " * 7 + "<|im_end|>\n"
 SFT_SAMPLES = [{"prompt": PREFIX + f"<|im_start|>user\nWhat is {a} plus {b}?<|im_end|>\n<|im_start|>assistant\n",
-                "completion": f"{a} plus {b} is {a + b}.<|im_end|>"} for a, b in ((1, 2), (3, 4), (5, 8), (13, 21), (2, 7))]
+                "completion": f"{a} plus {b} is {a + b}.<|im_end|>"}
+               for a, b in ((1, 2), (3, 4), (5, 8), (13, 21), (2, 7))]
 
 
 def _hold(out: Path) -> None:

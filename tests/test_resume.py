@@ -25,7 +25,6 @@ from safetensors.torch import load_file
 
 from kit.errors import BadInput
 from kit.files import read_jsonl
-from kit.train import checkpoints as ck
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

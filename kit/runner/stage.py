@@ -69,7 +69,8 @@ class Stage:
             return str(self.fingerprint)
         import hashlib
 
-        return "params-" + hashlib.sha256(json.dumps(self.params, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        text = json.dumps(self.params, sort_keys=True, default=str)
+        return "params-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
     def is_main(self) -> bool:

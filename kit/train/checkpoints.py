@@ -178,7 +178,8 @@ def load_trainable(model: Any, tensors: dict, where: Path) -> None:
         extra, missing = sorted(set(tensors) - set(params)), sorted(set(params) - set(tensors))
         raise BadInput(f"{where}: its trainable parameters are not this model's (only in the checkpoint: "
                        f"{extra[:3]}, only in the model: {missing[:3]})",
-                       f"remove {where.parent} to start over, or resume with the model and lora settings it was written with")
+                       f"remove {where.parent} to start over, or resume with the model and lora settings it was "
+                       "written with")
     with torch.no_grad():
         for n, p in params.items():
             p.copy_(tensors[n])

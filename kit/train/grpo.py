@@ -316,7 +316,9 @@ class GRPOTrainer:
             ck.save_trainable(self.policy, tmp / "trainable.safetensors")
             torch.save(self.opt.state_dict(), tmp / "optimizer.pt")
         self.acc.wait_for_everyone()
-        path = ck.commit(tmp, self._meta(), self.cfg.keep_checkpoints) if main else Path(root) / ck.step_name(self.step_idx)
+        path = Path(root) / ck.step_name(self.step_idx)
+        if main:
+            path = ck.commit(tmp, self._meta(), self.cfg.keep_checkpoints)
         self.acc.wait_for_everyone()
         # the sampler's cached prefix states are not saved: drop them, so that the next step starts
         # from the same empty cache here and in a run resumed from this checkpoint
