@@ -77,6 +77,8 @@ rollout_server = None  # rollout 'server': the server's URL with /v1 (vLLM: `mak
 rollout_server_model = None  # The starting policy's name on the server (None: the first model it lists).
 weight_sync = 'auto'  # How the server gets the new weights after each step: 'lora_adapter' (vLLM POST /v1/load_lora_adapter; needs lora), 'folder' (a full HF folder per step, requested by its path: servers that load models by name, like `transformers serve`); 'auto': lora_adapter with lora, else folder.
 server_token_ids = True  # Ask the server for the sampled token ids and log-probs (vLLM); False for servers without them (`transformers serve`): the completion is re-tokenized, counted in train/retokenized_turns.
+save_every = 10  # Write a checkpoint (trainable weights, optimizer, task draws, RNG streams, step) every this many steps into the stage's checkpoints/; a rerun after a crash resumes from the newest one and ends with the weights an uninterrupted run has (kit/train/checkpoints.py). 0 = never.
+keep_checkpoints = 1  # Checkpoints kept (the newest); more only help when a disk corrupts the newest one. Removed once the stage saved its model.
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---
 stage = None        # the recipe's stage name

@@ -50,6 +50,8 @@ gradient_checkpointing = False  # Recompute activations in the backward pass: le
 dtype = 'auto'  # 'auto' = bfloat16 on CUDA when supported, float32 otherwise; or float32 / bfloat16 / float16.
 logging_steps = 1  # Log the training loss every this many optimizer steps (the loss curve's resolution).
 use_unsloth = 'auto'  # 'auto': Unsloth when CUDA and the package are there; True: require it; False: never.
+save_every = 25  # Write a transformers checkpoint (weights, optimizer, scheduler, RNG, data position) every this many optimizer steps; a rerun after a crash resumes from the newest one. 0 = never.
+keep_checkpoints = 1  # Checkpoints kept (transformers' save_total_limit); removed once the final model is written.
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---
 stage = None        # the recipe's stage name: sft_user or sft_agent (by hand: None runs sft_agent)

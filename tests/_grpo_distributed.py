@@ -5,7 +5,9 @@
 The model is a randomly initialised 2-layer Llama with SmolLM2's tokenizer (the test is about how
 processes share a batch, not about what a model learns). Rollouts are single-turn and seeded per
 task and step, so a task's group is the same whichever process samples it; rewards are a fixed
-function of the sampled text. Each process writes its final weights to OUT/rank<r>.pt.
+function of the sampled text. A checkpoint is written after step 1 (OUT/ckpt: weights and optimizer
+by the main process, loop state by each); a second trainer resumed from it trains step 2 again.
+Each process writes both trainers' final weights to OUT/rank<r>.pt.
 """
 
 import sys
@@ -59,15 +61,22 @@ def main() -> None:
 
     G = 4
     cfg = GRPOConfig(lr=1e-3, group_size=G, tasks_per_step=4, resample_budget=0, filter_mode="off",
-                     micro_batch_size=3, max_new_tokens=16, seed=0, print_metrics=False,
+                     micro_batch_size=3, max_new_tokens=16, seed=0, print_metrics=False, train_steps=2, save_every=1,
                      lora=lora, lora_r=4, lora_alpha=8, gradient_checkpointing=lora)
     trainer = GRPOTrainer(model, tok, TASKS, cfg, reward_fn=reward, rollout_fn=rollout, agent_system=SYSTEM,
                           accelerator=acc)
-    history = trainer.train(steps=2)
+    history = trainer.train(steps=2, checkpoint_dir=out / "ckpt")  # save_every=1: a checkpoint after step 1
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().clone() for k, v in trainer.policy.state_dict().items()}
-    torch.save({"state": state, "history": history, "world": acc.num_processes,
-                "tasks": [t.id for t in trainer.tasks]}, out / f"rank{acc.process_index}.pt")
+
+    resumed = GRPOTrainer(tiny_llama(tok, seed=0), tok, TASKS, cfg, reward_fn=reward, rollout_fn=rollout,
+                          agent_system=SYSTEM, accelerator=acc)
+    done = resumed.resume(out / "ckpt")
+    calls["n"] = done  # this test's rollouts seed by call count: state of the test's own, not the trainer's
+    resumed.train()
+    again = {k: v.detach().clone() for k, v in resumed.policy.state_dict().items()}
+    torch.save({"state": state, "history": history, "world": acc.num_processes, "resumed_from": done,
+                "resumed_state": again, "tasks": [t.id for t in trainer.tasks]}, out / f"rank{acc.process_index}.pt")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """GRPO under `accelerate launch` with 2 CPU processes (gloo): both processes end with the same
 weights, equal (within float tolerance) to one process trained on the same global batch; with
-full weights, and with LoRA adapters + gradient checkpointing. The runs: tests/_grpo_distributed.py.
+full weights, and with LoRA adapters + gradient checkpointing. A checkpoint written by the 2
+processes (weights once, each process's loop state) resumes both to exactly those weights. The
+runs: tests/_grpo_distributed.py.
 
 `accelerate launch --cpu` always takes accelerate's single-process launcher; two CPU processes come
 from `--multi_gpu --num_processes 2` (torch's elastic launcher) on a machine without CUDA, with
@@ -51,6 +53,12 @@ def test_two_gloo_processes_train_the_weights_one_process_trains_on_the_same_bat
     assert a.keys() == b.keys() == single.keys()
     for k in a:  # DDP: every process applies the same averaged gradient
         assert torch.equal(a[k], b[k]), f"{k} differs between the two processes"
+    # resumed from the checkpoint after step 1, each process trains step 2 to the same weights again
+    assert sorted(p.name for p in (tmp_path / "two" / "ckpt" / "step-000001").iterdir()) == [
+        "loop-rank0.pt", "loop-rank1.pt", "meta.json", "optimizer.pt", "trainable.safetensors"]
+    for run in (two["rank0"], two["rank1"], one["rank0"]):
+        assert run["resumed_from"] == 1
+        assert all(torch.equal(run["state"][k], run["resumed_state"][k]) for k in run["state"])
     # the steps trained something (placeholders, filtering or a skip would leave the weights alone)
     hist = two["rank0"]["history"]
     assert [h["skipped"] for h in hist] == [0, 0]

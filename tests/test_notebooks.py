@@ -89,7 +89,8 @@ def test_opening_running_and_saving_in_jupyterlab_changes_nothing(tmp_path):
 
 # runtime values a stage resolves itself (folders, backend specs, W&B wiring), not recipe knobs
 RUNTIME = {"out_dir", "output_dir", "model_path", "report_to", "run_name", "templates_dir", "wandb_group",
-           "wandb_project", "print_metrics", "user_tag", "user_model", "model", "sync_dir"}
+           "wandb_project", "print_metrics", "user_tag", "user_model", "model", "sync_dir",
+           "checkpoint_dir", "checkpoint_tag"}
 
 
 @pytest.mark.parametrize("stage", ["synthesize", "sft_agent", "grpo", "evaluate"])

@@ -61,6 +61,18 @@ class Stage:
         return f"{self.arm}/{self.stage_id}" if self.arm else self.stage_id
 
     @property
+    def checkpoint_tag(self) -> str:
+        """What the stage's in-run checkpoints are tagged with (kit/train/checkpoints.py): the runner's
+        fingerprint (its inputs and code), or, in a notebook run by hand, a hash of its parameters.
+        A rerun resumes only from checkpoints of the same tag."""
+        if self.fingerprint:
+            return str(self.fingerprint)
+        import hashlib
+
+        text = json.dumps(self.params, sort_keys=True, default=str)
+        return "params-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
     def is_main(self) -> bool:
         """The process that writes stage.json and the stage's files (always, outside accelerate launch)."""
         return self.rank == 0

@@ -20,11 +20,18 @@ with `eval_every` a learning curve on a validation slice (kit/train/grpo_curve.p
 Outputs: model/ (the last policy, HF folder), model_best/ (the best on the learning curve),
 metrics.jsonl (one line per step), probes.jsonl (one line per probe: the band and every task's
 rate), curve.jsonl (one line per validation point).
+
+A crash does not cost the run: every `save_every` steps the stage writes a checkpoint into
+checkpoints/ (kit/train/checkpoints.py); rerun (the same `kit run` command), it resumes from the
+newest one of the same fingerprint, keeps the metrics lines of the steps that holds, and ends
+with the weights an uninterrupted run would have. The checkpoints go once model/ is written.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -88,6 +95,8 @@ class Outputs(StageOutputs):
 
         f = self.files.get("curve")
         return pd.DataFrame(read_jsonl(f) if f and Path(f).exists() else [])
+    resumed_from: int = Field(default=0, description="Steps a crashed attempt had checkpointed, resumed from "
+                              "(0: trained in one go).")
 
     def history(self):
         """metrics.jsonl as a data frame: one row per step, columns named in kit.metrics."""
@@ -177,7 +186,6 @@ def run(config: Config, st) -> Outputs:
 
     from kit.checkers.checker import run_checker
     from kit.envs import load_domain
-    from kit.files import append_jsonl
     from kit.llm.spec import ModelSpec
     from kit.train.grpo import GRPOTrainer
     from kit.verify import verify
@@ -213,28 +221,26 @@ def run(config: Config, st) -> Outputs:
         print(f"learning curve: {len(eval_tasks)} tasks of {config.domain} '{cfg.eval_split}' every {cfg.eval_every} steps")
     trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn, eval_tasks=eval_tasks)
     main = trainer.acc.is_main_process  # under `accelerate launch`, one process writes
-    if trainer.step_budget_warning and main:
-        st.warn(trainer.step_budget_warning)
-    files = {name: st.out_dir / f"{name}.jsonl" for name in ("metrics", "probes", "curve")}
-    if main:
-        for f in files.values():
-            f.write_text("")
+    for warning in (trainer.step_budget_warning, trainer.checkpoint_warning):
+        if warning and main:
+            st.warn(warning)
 
     def on_step(m: dict) -> None:
         if not main:
             return
         st.log("grpo", m, step=m["step"])
-        append_jsonl(files["metrics"], m)
         print(f"step {m['step']}: reward {m[M.REWARD_MEAN]:.3f}, filtered {m[M.FILTERED_FRAC]:.2f}, "
               f"loss {m.get(M.LOSS, float('nan')):.4g}, {m[M.STEP_TIME]:.0f}s"
               + (f" SKIPPED: {m['skip_reason']}" if m["skipped"] else ""))
 
     def on_event(kind: str, rec: dict) -> None:
+        from kit.files import append_jsonl
+
         if kind == "eval" and rec["best"]:  # every process: saving waits for all of them
             trainer.save(st.out_dir / "model_best")
         if not main:
             return
-        append_jsonl(files["curve" if kind == "eval" else "probes"], rec)
+        append_jsonl(st.out_dir / ("curve.jsonl" if kind == "eval" else "probes.jsonl"), rec)
         if kind == "probe":
             print(f"probe before step {rec['step']}: {rec['band_size']} of {rec['tasks']} tasks in the band "
                   f"[{rec['band_min']}, {rec['band_max']}] ({rec['always']} always solved, {rec['never']} never; "
@@ -244,23 +250,65 @@ def run(config: Config, st) -> Outputs:
             print(f"validation after {rec['step']} steps: pass^1 {rec['pass1']:.3f} [{rec['ci95'][0]:.3f}, "
                   f"{rec['ci95'][1]:.3f}] on {rec['tasks']} tasks{' (best so far)' if rec['best'] else ''}")
 
-    history = trainer.train(on_step=on_step, on_event=on_event)
-    trainer.save(st.out_dir / "model")
+    history, resumed = train_resumably(trainer, st.out_dir, st.checkpoint_tag, on_step, on_event)
     skips: dict[str, int] = {}
     for m in history:
         if m["skipped"]:
             skips[m["skip_reason"]] = skips.get(m["skip_reason"], 0) + 1
     best, points = trainer.curve.best, trainer.curve.points
-    out_files = {"model": str(st.out_dir / "model"), "metrics": str(files["metrics"])}
+    out_files = {"model": str(st.out_dir / "model"), "metrics": str(st.out_dir / "metrics.jsonl")}
     if points:
-        out_files.update({"model_best": str(st.out_dir / "model_best"), "curve": str(files["curve"])})
+        out_files.update({"model_best": str(st.out_dir / "model_best"), "curve": str(st.out_dir / "curve.jsonl")})
     if trainer.curriculum.on:
-        out_files["probes"] = str(files["probes"])
+        out_files["probes"] = str(st.out_dir / "probes.jsonl")
     out = Outputs(files=out_files, steps=config.train_steps, tasks=len(task_list), task_source=task_source,
                   user_tag=tag, reward_first=history[0][M.REWARD_MEAN] if history else None,
                   reward_last=history[-1][M.REWARD_MEAN] if history else None, policy=str(policy_dir),
                   trained_steps=sum(not m["skipped"] for m in history), skip_reasons=skips,
                   best_step=best["step"] if best else None, best_pass1=best["pass1"] if best else None,
-                  last_pass1=points[-1]["pass1"] if points else None)
+                  last_pass1=points[-1]["pass1"] if points else None, resumed_from=resumed)
     print(out.what_happened())
     return out
+
+
+def train_resumably(trainer, out_dir: Path, tag: Optional[str],
+                    on_step: Optional[Callable[[dict], None]] = None,
+                    on_event: Optional[Callable[[str, dict], None]] = None) -> tuple[list[dict], int]:
+    """Train to `train_steps` from the newest checkpoint of `tag` in out_dir/checkpoints (a crashed
+    attempt's; none: from step 0), write out_dir/model and remove the checkpoints. metrics.jsonl
+    and probes.jsonl keep the lines of the steps the checkpoint holds (a crash may have left lines of
+    later steps: they are run again), curve.jsonl the points the checkpoint holds; each gets one line
+    per new step, probe or point. `on_step` sees every step's metrics, the earlier attempt's first
+    (W&B gets the whole curve). Returns (every step's metrics, the steps resumed from)."""
+    from kit.files import append_jsonl, atomic_write, read_jsonl
+
+    main = trainer.acc.is_main_process
+    metrics_file, checkpoints = out_dir / "metrics.jsonl", out_dir / "checkpoints"
+    done = trainer.resume(checkpoints, tag)
+    earlier = [m for m in read_jsonl(metrics_file) if m.get("step", done) < done] if done else []
+    if main:
+        def lines(rows):
+            return "".join(json.dumps(m, default=str) + "\n" for m in rows)
+
+        atomic_write(metrics_file, lines(earlier))
+        probes = out_dir / "probes.jsonl"
+        atomic_write(probes, lines([p for p in read_jsonl(probes) if p.get("step", done) < done] if done else []))
+        atomic_write(out_dir / "curve.jsonl", lines(trainer.curve.points))  # the checkpoint's points
+        if done:
+            print(f"resuming from step {done} ({checkpoints}): {len(earlier)} steps' metrics kept, "
+                  f"{trainer.cfg.train_steps - done} steps to go")
+    for m in earlier:
+        if on_step is not None:
+            on_step(m)
+
+    def step_done(m: dict) -> None:
+        if main:
+            append_jsonl(metrics_file, m)
+        if on_step is not None:
+            on_step(m)
+
+    history = earlier + trainer.train(on_step=step_done, on_event=on_event, checkpoint_dir=checkpoints)
+    trainer.save(out_dir / "model")
+    if main:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    return history, done

@@ -13,7 +13,9 @@ instead). Every sample passes the grounding check (kit/grounding.py) inside run_
 ones are counted.
 
 Output: model/, a plain HF folder (merged weights + tokenizer, loss_curve.json, sft_metrics.json),
-and sft_<role>.train.jsonl, the samples it trained on.
+and sft_<role>.train.jsonl, the samples it trained on. While it trains, checkpoints/ holds
+transformers' checkpoint every `save_every` steps: a rerun after a crash resumes from the newest one
+of the same fingerprint (kit.train.sft.run_sft); it is removed once model/ is written.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ class Outputs(StageOutputs):
     first_loss: Optional[float] = None
     final_loss: Optional[float] = None
     tokens_trained: Optional[int] = Field(default=None, description="Tokens that reached the loss.")
-    wall_time_s: Optional[float] = Field(default=None, description="Training wall time.")
+    wall_time_s: Optional[float] = Field(default=None, description="Training wall time (of the last attempt).")
+    resumed_from: int = Field(default=0, description="Step of the checkpoint a crashed attempt left, resumed "
+                              "from (0: trained in one go).")
 
     def loss_curve(self) -> list:
         """[(optimizer step, loss)] as logged."""
@@ -113,7 +117,8 @@ def run(config: Config, st, role: Optional[str] = None) -> Outputs:
               samples[0].completion)
     cfg = SFTConfig(**mechanism_kwargs(
         config, SFTConfig, model_path=ModelSpec.parse(config.model or "embedded", folder_kind="hf").folder(),
-        output_dir=str(st.out_dir / "model"), report_to="none", run_name=f"{st.run_id}/{st.key}"))
+        output_dir=str(st.out_dir / "model"), report_to="none", run_name=f"{st.run_id}/{st.key}",
+        checkpoint_dir=str(st.out_dir / "checkpoints"), checkpoint_tag=st.checkpoint_tag))
     metrics = run_sft(samples, cfg)
     for step, loss in metrics["loss_curve"]:
         st.log(f"sft_{role}", {M.SFT_LOSS: loss}, step=step)
@@ -121,4 +126,5 @@ def run(config: Config, st, role: Optional[str] = None) -> Outputs:
                           "loss_curve": str(st.out_dir / "model" / "loss_curve.json")},
                    data_source=data_source, samples=metrics["samples"], steps=metrics["steps"],
                    first_loss=metrics["first_loss"], final_loss=metrics["final_loss"],
-                   tokens_trained=metrics.get("tokens_trained"), wall_time_s=metrics.get("wall_time_s"))
+                   tokens_trained=metrics.get("tokens_trained"), wall_time_s=metrics.get("wall_time_s"),
+                   resumed_from=metrics.get("resumed_from", 0))

@@ -3,6 +3,8 @@
     trainer = GRPOTrainer(model, tokenizer, domain.tasks("train"), GRPOConfig(), domain=domain)
     history = trainer.train()          # one metrics dict per step (also logged to W&B if given)
     trainer.save("runs/<id>/grpo")     # HF folder: HFBackend, vLLM and `transformers serve` load it
+    # crash-safe: trainer.resume(d) (steps a checkpoint in d holds, 0 if none), then
+    trainer.train(checkpoint_dir=d)    # the steps left, a checkpoint every `save_every` steps
     # multi-GPU: the same script under `accelerate launch --num_processes 8 script.py`
 
 Per step: draw B tasks; run G multi-turn episodes of each (kit.rollout.run_episodes) with an
@@ -47,6 +49,14 @@ Dropped, and why:
   pushed after each step, with the server's token ids and log-probs (kit/train/rollout_server.py).
 - One row per assistant turn (prompt re-rendered as the agent saw it), not one packed sequence
   per episode: exact for any chat template, at the cost of re-encoding long histories.
+
+Checkpoints (kit/train/checkpoints.py has the layout): everything the loop carries from one step
+to the next is saved every `save_every` steps, the trainable weights and the optimizer once, the
+rest per process (`loop_state`: step, task draws with the per-process stream that also shuffles
+minibatches, global RNG states, and every part registered in `self.checkpointed`). Resumed, the
+run continues with the weights, draws and rollout seeds an uninterrupted run has at that step
+(tests/test_resume.py: equal final weights after a kill -9). Not under FSDP (sharded optimizer
+state): there the trainer says so and saves none.
 """
 
 from __future__ import annotations
@@ -66,7 +76,8 @@ from kit.llm.hf import HFBackend
 from kit.llm.types import SamplingParams
 from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
-from kit.train.grpo_config import GRPOConfig
+from kit.train import checkpoints as ck
+from kit.train.grpo_config import RESUMABLE_CHANGES, GRPOConfig
 from kit.train.grpo_curriculum import Curriculum
 from kit.train.grpo_curve import LearningCurve
 from kit.train.grpo_groups import TaskDraws, collect_groups, episode_metrics
@@ -166,6 +177,16 @@ class GRPOTrainer:
         self.curriculum = Curriculum(self.tasks, self.cfg)
         self.curve = LearningCurve(eval_tasks or [], self.cfg, domain)
         self.step_idx = 0
+        # the loop's state between steps beyond weights and optimizer, by name: each part has
+        # state_dict() / load_state_dict(), its state made of tensors, numbers, strings, lists,
+        # tuples and dicts (read back with torch.load(weights_only=True)); a checkpoint holds them
+        # all, one copy per process: add a new part here
+        self.checkpointed: dict[str, Any] = {"curriculum": self.curriculum, "draws": self.draws, "curve": self.curve}
+        self.checkpoint_warning = None
+        if self.cfg.save_every and self.acc.distributed_type == "FSDP":
+            self.checkpoint_warning = ("GRPO saves no checkpoints under FSDP (its optimizer state is sharded "
+                                       "across processes): a crash restarts the stage from step 0")
+            log.warning(self.checkpoint_warning)
 
     @property
     def user(self) -> Any:
@@ -240,20 +261,26 @@ class GRPOTrainer:
         return m
 
     def train(self, steps: int | None = None, on_step: Callable[[dict], None] | None = None,
-              on_event: Callable[[str, dict], None] | None = None) -> list[dict]:
-        """Run `steps` (default config.train_steps) steps; one metrics dict each, also handed to
-        `on_step` as soon as the step ends (a metrics file, a progress line). With the curriculum
-        (`probe_k`) a probe runs before the steps it is due at; with the learning curve (`eval_every`)
-        an evaluation runs before the first step, every `eval_every` steps and after the last; each is
-        handed to `on_event("probe" | "eval", record)` (a point's `best` says it beat the earlier ones)."""
-        history = []
-        n = steps if steps is not None else self.cfg.train_steps
+              on_event: Callable[[str, dict], None] | None = None,
+              checkpoint_dir: str | Path | None = None) -> list[dict]:
+        """Run `steps` more steps (default: up to config.train_steps, so a resumed trainer runs
+        what is left); one metrics dict each, also handed to `on_step` as soon as the step ends (a
+        metrics file, a progress line). With the curriculum (`probe_k`) a probe runs before the steps
+        it is due at; with the learning curve (`eval_every`) an evaluation runs before the first step,
+        every `eval_every` steps and after the last; each is handed to `on_event("probe" | "eval",
+        record)` (a point's `best` says it beat the earlier ones). With `checkpoint_dir`, a checkpoint
+        after every `save_every`-th step (after `on_step`: a metrics line may be ahead of the newest
+        checkpoint, never behind it), none after the last one (the caller saves the model)."""
+        end = self.step_idx + steps if steps is not None else self.cfg.train_steps
         emit = on_event or (lambda kind, rec: None)
-        for _ in range(n):
-            m = self.step(self._before_step(emit))
-            history.append(m)
+        history = []
+        while self.step_idx < end:
+            history.append(self.step(self._before_step(emit)))
             if on_step is not None:
-                on_step(m)
+                on_step(history[-1])
+            every = self.cfg.save_every
+            if checkpoint_dir is not None and every and self.step_idx % every == 0 and self.step_idx < end:
+                self.save_checkpoint(checkpoint_dir)
         if self.curve.due(self.step_idx, last=True):
             point = self._evaluate()
             if self.wandb_run is not None and self.acc.is_main_process:
@@ -268,8 +295,7 @@ class GRPOTrainer:
             self.policy.eval()
             rec = self.curriculum.probe(self._rollout, self.reward_fn, self.procs, self.step_idx)
             # a fresh stream over the band, the same on every process
-            self.draws = TaskDraws(self.curriculum.band, self.cfg.seed + 7919 * (self.step_idx + 1),
-                                   self.acc.process_index)
+            self.draws = self.checkpointed["draws"] = self._band_draws()
             pre.update(self.curriculum.metrics(rec))
             emit("probe", rec)
         if self.curve.due(self.step_idx):
@@ -278,9 +304,108 @@ class GRPOTrainer:
             emit("eval", point)
         return pre
 
+    def _band_draws(self) -> TaskDraws:
+        """A fresh task stream over the curriculum's band, the same on every process."""
+        probe = self.curriculum.last_probe or 0
+        return TaskDraws(self.curriculum.band, self.cfg.seed + 7919 * (probe + 1), self.acc.process_index)
+
     def _evaluate(self) -> dict:
         self.policy.eval()
         return self.curve.evaluate(self.sampler, self.user, self.step_idx)
+
+    # -- checkpoints (kit/train/checkpoints.py) ---------------------------------------------------
+    def loop_state(self) -> dict:
+        """This process's loop state between two steps, weights and optimizer aside: the step, the
+        global RNG states and every part of `self.checkpointed`."""
+        return {"step": self.step_idx, "rng": ck.rng_state(),
+                "parts": {name: part.state_dict() for name, part in self.checkpointed.items()}}
+
+    def load_loop_state(self, state: dict) -> None:
+        missing = set(self.checkpointed) - set(state["parts"])
+        if missing:
+            from kit.errors import BadInput
+
+            raise BadInput(f"the checkpoint holds no state of {sorted(missing)} (written by an older kit?)",
+                           "remove the stage's checkpoints/ folder to start over")
+        for name, part in self.checkpointed.items():
+            if name == "draws" and self.curriculum.last_probe is not None:  # draws over the probed band
+                part = self.draws = self.checkpointed["draws"] = self._band_draws()
+            part.load_state_dict(state["parts"][name])
+        ck.set_rng_state(state["rng"])
+        self.step_idx = state["step"]
+
+    def _meta(self) -> dict:
+        return {"step": self.step_idx, "world_size": self.acc.num_processes,
+                "tasks": [str(getattr(t, "id", "")) for t in self.tasks],
+                "config": self.cfg.model_dump(mode="json", exclude=set(RESUMABLE_CHANGES))}
+
+    def save_checkpoint(self, root: str | Path) -> Path | None:
+        """Write the state after `step_idx` steps to root/step-N, renamed into place once complete
+        (every process calls it: the main one writes weights, optimizer and meta.json, each process
+        its own loop-rank<r>.pt). None where checkpoints are off (see `checkpoint_warning`)."""
+        if self.checkpoint_warning:
+            return None
+        main = self.acc.is_main_process
+        tmp = ck.staging(root, self.step_idx, create=main)
+        self.acc.wait_for_everyone()
+        mine = tmp / f"loop-rank{self.acc.process_index}.pt"
+        torch.save(self.loop_state(), mine)
+        try:  # read back as resume reads it: a part whose state torch.load refuses fails here, loudly
+            torch.load(mine, weights_only=True)
+        except Exception as e:
+            raise TypeError(f"GRPO loop state does not load back with torch.load(weights_only=True) ({e}); "
+                            f"the state_dict() of each of {sorted(self.checkpointed)} must hold tensors, "
+                            "numbers, strings, None, lists, tuples and dicts only") from e
+        if main:
+            ck.save_trainable(self.policy, tmp / "trainable.safetensors")
+            torch.save(self.opt.state_dict(), tmp / "optimizer.pt")
+        self.acc.wait_for_everyone()
+        path = Path(root) / ck.step_name(self.step_idx)
+        if main:
+            path = ck.commit(tmp, self._meta(), self.cfg.keep_checkpoints)
+        self.acc.wait_for_everyone()
+        # the sampler's cached prefix states are not saved: drop them, so that the next step starts
+        # from the same empty cache here and in a run resumed from this checkpoint
+        self.backend.clear_cache()
+        return path
+
+    def resume(self, root: str | Path, tag: str | None = None) -> int:
+        """Load the newest complete checkpoint under `root` (every process calls it: each loads the
+        weights, the optimizer and its own loop state); returns the steps it holds, 0 when there is
+        none (a fresh start). `tag` (the stage's fingerprint): checkpoints of another tag are removed
+        first. An unreadable checkpoint is skipped for the next older one; one written with other
+        settings, tasks or process count is refused (BadInput)."""
+        from kit.errors import BadInput
+
+        if tag is not None and self.acc.is_main_process:
+            ck.claim(root, tag)
+        self.acc.wait_for_everyone()
+        mine = self._meta()
+        for path, meta in ck.complete(root):
+            for key, what in (("world_size", "processes"), ("tasks", "tasks"), ("config", "settings")):
+                if meta.get(key) != mine[key]:
+                    diff = ([k for k in mine[key] if meta.get(key, {}).get(k) != mine[key][k]]
+                            if key == "config" else f"{meta.get(key)!r:.200} vs {mine[key]!r:.200}")
+                    raise BadInput(f"checkpoint {path} was written with other {what} than this run has: {diff}",
+                                   f"resume with the same {what}, or remove {Path(root)} to start over")
+            try:
+                weights = ck.read_trainable(path / "trainable.safetensors")
+                opt = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+                loop = torch.load(path / f"loop-rank{self.acc.process_index}.pt", weights_only=True)
+                readable = True
+            except Exception as e:  # noqa: BLE001 -- a damaged file: try the next older checkpoint
+                log.warning("checkpoint %s is unreadable (%s: %.200s): skipped", path, type(e).__name__, e)
+                readable = False
+            if not self.procs.all(readable):
+                continue
+            ck.load_trainable(self.policy, weights, path)
+            self.opt.load_state_dict(opt)
+            self.load_loop_state(loop)
+            self.backend.invalidate()
+            if self.server is not None:  # the server serves the starting weights: give it these
+                self.server.push(self.policy, self.tokenizer, self.step_idx)
+            return self.step_idx
+        return 0
 
     def _log(self, m: dict) -> None:
         if not self.acc.is_main_process:

@@ -95,7 +95,12 @@ class GRPOKnobs(LoRAKnobs):
     server_token_ids: bool = Field(default=True, description="Ask the server for the sampled token ids and "
                                    "log-probs (vLLM); False for servers without them (`transformers serve`): the "
                                    "completion is re-tokenized, counted in train/retokenized_turns.")
-
+    save_every: int = Field(default=10, ge=0, description="Write a checkpoint (trainable weights, optimizer, "
+                            "task draws, RNG streams, step) every this many steps into the stage's "
+                            "checkpoints/; a rerun after a crash resumes from the newest one and ends with the "
+                            "weights an uninterrupted run has (kit/train/checkpoints.py). 0 = never.")
+    keep_checkpoints: int = Field(default=1, ge=1, description="Checkpoints kept (the newest); more only help "
+                                  "when a disk corrupts the newest one. Removed once the stage saved its model.")
 
     @model_validator(mode="after")
     def _band(self):
@@ -106,6 +111,11 @@ class GRPOKnobs(LoRAKnobs):
             raise ValueError("eval_trials > 1 at eval_temperature 0 repeats one greedy episode; set "
                              "eval_temperature (e.g. 0.6) or eval_trials: 1")
         return self
+
+
+# settings a run may change and still resume from another run's checkpoint (every other field of
+# GRPOConfig must be the same: GRPOTrainer.resume refuses a checkpoint written with other values)
+RESUMABLE_CHANGES = ("train_steps", "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "rollout_server")
 
 
 class GRPOConfig(GRPOKnobs):

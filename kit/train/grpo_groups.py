@@ -51,6 +51,22 @@ class TaskDraws:
             out.append(queue.pop())
         return out
 
+    def state_dict(self) -> dict:
+        """Both streams and what is left of both passes, tasks as their positions in `tasks` (a
+        checkpoint holds no task objects; the resumed trainer is given the same task list)."""
+        pos = {id(t): i for i, t in enumerate(self.tasks)}
+        return {"tasks": len(self.tasks), "shared": self.shared.getstate(), "own": self.own.getstate(),
+                "queues": {"shared": [pos[id(t)] for t in self._queues[False]],
+                           "own": [pos[id(t)] for t in self._queues[True]]}}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["tasks"] != len(self.tasks):
+            raise ValueError(f"task draws of {state['tasks']} tasks cannot resume over {len(self.tasks)} tasks")
+        self.shared.setstate(state["shared"])
+        self.own.setstate(state["own"])
+        self._queues = {False: [self.tasks[i] for i in state["queues"]["shared"]],
+                        True: [self.tasks[i] for i in state["queues"]["own"]]}
+
 
 def collect_groups(
     draws: TaskDraws,

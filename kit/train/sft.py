@@ -22,6 +22,12 @@ What this module does itself, and why:
   `max_seq_len` is dropped (counted in `dropped_too_long`). Set `max_seq_len` above your longest
   prompt for real runs (τ² telecom agent prompts are ~8k tokens with SmolLM2's tokenizer).
 - LoRA adapters are merged into the weights on save, so the output is a plain HF folder.
+- It resumes after a crash with transformers' own checkpoints (`save_every`: a checkpoint-N of
+  weights, optimizer, scheduler and every process's RNG in `checkpoint_dir`); rerun, it continues
+  from the newest complete one of the same `checkpoint_tag` (the Trainer restores the RNG and skips
+  the batches already trained, so the run ends with the uninterrupted run's weights:
+  tests/test_resume.py), its token counts saved beside the RNG. The checkpoints are removed once
+  the final model is written, and none is written after the last step.
 
 Unsloth: with `use_unsloth="auto"` (default), on CUDA with the optional `unsloth` package
 installed, the model is loaded and wrapped with Unsloth's FastLanguageModel (faster kernels, LoRA
@@ -70,6 +76,11 @@ class SFTKnobs(LoRAKnobs):
                                "steps (the loss curve's resolution).")
     use_unsloth: Literal["auto", True, False] = Field(default="auto", description="'auto': Unsloth when CUDA and "
                                                       "the package are there; True: require it; False: never.")
+    save_every: int = Field(default=25, ge=0, description="Write a transformers checkpoint (weights, optimizer, "
+                            "scheduler, RNG, data position) every this many optimizer steps; a rerun after a "
+                            "crash resumes from the newest one. 0 = never.")
+    keep_checkpoints: int = Field(default=1, ge=1, description="Checkpoints kept (transformers' "
+                                  "save_total_limit); removed once the final model is written.")
 
 
 class SFTConfig(SFTKnobs):
@@ -82,6 +93,14 @@ class SFTConfig(SFTKnobs):
     seed: int = Field(default=0, description="Seed for data order, LoRA init and dropout.")
     report_to: str = Field(default="none", description="'none' or 'wandb' (offline unless WANDB_MODE says otherwise).")
     run_name: Optional[str] = Field(default=None, description="Name of the W&B run.")
+    checkpoint_dir: Optional[str] = Field(default=None, description="Where checkpoint-N folders go while training "
+                                          "(None: <output_dir>/checkpoints).")
+    checkpoint_tag: Optional[str] = Field(default=None, description="Whose checkpoints checkpoint_dir holds (a "
+                                          "stage: its fingerprint): another tag's are removed, not resumed from. "
+                                          "None: any found there are resumed from.")
+
+    def checkpoints(self) -> Path:
+        return Path(self.checkpoint_dir) if self.checkpoint_dir else Path(self.output_dir) / "checkpoints"
 
 
 # ----- data --------------------------------------------------------------------------------------
@@ -195,6 +214,20 @@ def _counting(trainer_cls: type) -> type:
         tokens_seen = 0
         sparse_logits = True
 
+        # the counts travel with each process's RNG state in a checkpoint (transformers saves and
+        # restores that per process, before trainer_state.json marks the checkpoint complete)
+        def _save_rng_state(self, output_dir):
+            super()._save_rng_state(output_dir)
+            counts = {"tokens_trained": self.tokens_trained, "tokens_seen": self.tokens_seen}
+            (Path(output_dir) / f"kit_tokens_{self.args.process_index}.json").write_text(json.dumps(counts))
+
+        def _load_rng_state(self, checkpoint):
+            super()._load_rng_state(checkpoint)
+            f = Path(checkpoint or "") / f"kit_tokens_{self.args.process_index}.json"
+            if checkpoint and f.is_file():
+                counts = json.loads(f.read_text())
+                self.tokens_trained, self.tokens_seen = counts["tokens_trained"], counts["tokens_seen"]
+
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if model.training:
                 self.tokens_trained += int((inputs["labels"][:, 1:] != -100).sum())  # token 0 is never predicted
@@ -271,9 +304,23 @@ def _load(cfg: SFTConfig) -> tuple[Any, Any, Any, bool]:
 # ----- the run -----------------------------------------------------------------------------------
 
 
-def prepare_sft(samples_or_path: Any, config: SFTConfig) -> tuple[Any, dict]:
+def _no_save_at_the_end() -> Any:
+    """A callback that cancels transformers' checkpoint after the last step: run_sft writes the
+    final model right after, then removes the checkpoints."""
+    from transformers import TrainerCallback
+
+    class NoSaveAtTheEnd(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step >= state.max_steps:
+                control.should_save = False
+            return control
+
+    return NoSaveAtTheEnd()
+
+
+def prepare_sft(samples_or_path: Any, config: SFTConfig, callbacks: Optional[list] = None) -> tuple[Any, dict]:
     """A ready TRL SFTTrainer and data counts; `run_sft` trains it. Exposed so tests and notebooks
-    can look at a collated batch before training."""
+    can look at a collated batch before training. `callbacks`: more transformers TrainerCallbacks."""
     import torch
     from datasets import Dataset
     from trl import SFTConfig as TRLSFTConfig
@@ -290,7 +337,7 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig) -> tuple[Any, dict]:
     ckpt = ("activation_checkpointing" if "activation_checkpointing" in TRLSFTConfig.__dataclass_fields__
             else "gradient_checkpointing")
     args = TRLSFTConfig(
-        output_dir=config.output_dir,
+        output_dir=str(config.checkpoints()),  # the Trainer's own files are its checkpoints alone
         learning_rate=config.lr,
         lr_scheduler_type=config.lr_scheduler,
         warmup_steps=config.warmup_steps,
@@ -309,13 +356,16 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig) -> tuple[Any, dict]:
         seed=config.seed,
         data_seed=config.seed,
         logging_steps=config.logging_steps,
-        save_strategy="no",
+        save_strategy="steps" if config.save_every else "no",
+        save_steps=config.save_every or 500,
+        save_total_limit=config.keep_checkpoints,
         report_to=[] if config.report_to == "none" else [config.report_to],
         run_name=config.run_name,
         disable_tqdm=True,
     )
     trainer = _counting(SFTTrainer)(model=model, args=args, train_dataset=Dataset.from_dict(columns),
-                                    processing_class=tokenizer, peft_config=peft_config)
+                                    processing_class=tokenizer, peft_config=peft_config,
+                                    callbacks=[_no_save_at_the_end(), *(callbacks or [])])
     trainer.sparse_logits = not unsloth  # Unsloth patches the forward pass its own way
     counts.update(samples=len(columns["input_ids"]), unsloth=unsloth, ungrounded_dropped=ungrounded,
                   completion_tokens_per_epoch=sum(sum(m) for m in columns["completion_mask"]))
@@ -337,22 +387,38 @@ def save_merged(trainer: Any, output_dir: str | Path, unsloth: bool = False) -> 
     return out
 
 
-def run_sft(samples_or_path: Any, config: SFTConfig | None = None) -> dict:
-    """Train on SFT samples (a JSONL path, SFTSamples, dicts with prompt/completion, or a Dataset).
+def run_sft(samples_or_path: Any, config: SFTConfig | None = None, callbacks: Optional[list] = None) -> dict:
+    """Train on SFT samples (a JSONL path, SFTSamples, dicts with prompt/completion, or a Dataset),
+    from the newest checkpoint in `config.checkpoints()` when a crashed run of the same
+    `checkpoint_tag` left one.
 
-    Returns metrics: loss_curve [(step, loss)], first_loss, final_loss, steps, wall_time_s,
-    tokens_trained (tokens that reached the loss), tokens_seen, samples, truncated_prompts,
-    dropped_too_long, output_dir. loss_curve.json and sft_metrics.json are written into output_dir.
+    Returns metrics: loss_curve [(step, loss)], first_loss, final_loss, steps, wall_time_s (this
+    attempt's), tokens_trained (tokens that reached the loss), tokens_seen, samples,
+    truncated_prompts, dropped_too_long, resumed_from (the checkpoint's step, 0: none), output_dir.
+    loss_curve.json and sft_metrics.json are written into output_dir.
     """
+    import shutil
+
+    from kit.train import checkpoints as ck
+
     config = config or SFTConfig()
     start = time.perf_counter()
-    trainer, counts = prepare_sft(samples_or_path, config)
+    trainer, counts = prepare_sft(samples_or_path, config, callbacks)
     if counts["truncated_prompts"]:
         print(f"sft: {counts['truncated_prompts']} prompts truncated from the left to fit max_seq_len={config.max_seq_len}")
-    trainer.train()
+    acc, main = trainer.accelerator, trainer.is_world_process_zero()
+    checkpoints = config.checkpoints()
+    if main and config.checkpoint_tag is not None:
+        ck.claim(checkpoints, config.checkpoint_tag)
+    acc.wait_for_everyone()
+    last = ck.trl_checkpoint(checkpoints, clean=main)
+    acc.wait_for_everyone()
+    resumed = int(last.name.rsplit("-", 1)[1]) if last else 0
+    if last and main:
+        print(f"sft: resuming from step {resumed} ({last})")
+    trainer.train(resume_from_checkpoint=str(last) if last else None)
     # the loss is logged averaged over processes, the same on each; token counts are per process
     tokens = [trainer.tokens_trained, trainer.tokens_seen]
-    acc = trainer.accelerator
     if acc.num_processes > 1:  # under accelerate launch: sum over processes
         import torch
 
@@ -369,14 +435,16 @@ def run_sft(samples_or_path: Any, config: SFTConfig | None = None) -> dict:
         "tokens_trained": tokens[0],
         "tokens_seen": tokens[1],
         **counts,
+        "resumed_from": resumed,
         "processes": acc.num_processes,
         "output_dir": str(out),
         "config": config.model_dump(mode="json"),
     }
-    if trainer.is_world_process_zero():  # one writer (DDP: every process holds the same weights)
+    if main:  # one writer (DDP: every process holds the same weights)
         save_merged(trainer, out, counts["unsloth"])
         write_loss_curve(out, curve)
         (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
+        shutil.rmtree(checkpoints, ignore_errors=True)  # the final model is written: nothing to resume
     acc.wait_for_everyone()
     return metrics
 
