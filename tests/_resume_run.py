@@ -10,8 +10,9 @@ on_step_begin), write OUT/held and sleep until killed, so the test kills inside 
 The models: a randomly initialised 2-layer Llama with SmolLM2's tokenizer (the test is about
 resuming, not about what a model learns). GRPO: single-turn rollouts (tests/test_grpo_learning.py),
 seeded per step and round by the trainer, a reward that is a fixed function of the sampled tokens,
-LoRA, dynamic filtering with resampling and two PPO minibatches, so that every piece of loop state
-(task queues, both streams, the optimizer) decides what the steps after a resume do. SFT: full
+LoRA, dynamic filtering with resampling, two PPO minibatches and the pass-rate curriculum (a probe
+before steps 0 and 3: the kill lands in the second probe), so that every piece of loop state (task
+queues, both streams, the band, the optimizer) decides what the steps after a resume do. SFT: full
 weights, a warm-up schedule, 5 samples in batches of 2, so the resume lands inside an epoch.
 """
 
@@ -60,7 +61,8 @@ def grpo_run(out: Path, hold_at: int | None = None) -> tuple[list[dict], int]:
 
     cfg = GRPOConfig(lr=1e-3, group_size=2, tasks_per_step=2, resample_budget=2, filter_mode="all_equal",
                      minibatches=2, micro_batch_size=2, max_new_tokens=6, seed=0, print_metrics=False,
-                     lora=True, lora_r=4, lora_alpha=8, train_steps=STEPS, save_every=SAVE_EVERY)
+                     lora=True, lora_r=4, lora_alpha=8, train_steps=STEPS, save_every=SAVE_EVERY,
+                     probe_k=2, probe_every=3)  # the curriculum's band and its task stream are loop state too
     trainer = GRPOTrainer(tiny_llama(tok, seed=0), tok, TASKS, cfg, rollout_fn=rollout, reward_fn=reward,
                           agent_system=SYSTEM)
     box["trainer"] = trainer
