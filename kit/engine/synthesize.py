@@ -18,20 +18,27 @@ offers, see kit/engine/choice.py):
                an optional argument is left out and a required one takes the domain's
                template value (kit/envs/worlds.py, a recorded repair) or ends the proposal
                (lead-ins go in `choice.clean_text`; the rest is `free_value_problem`).
+               A lookup_change plan (a read, then a write) runs the read first, and the model
+               picks a record of its result a customer can name (a unique name or email beside
+               the id the write needs): the write gets the id, the customer gives the name.
   3. execute   the gold actions run in a fresh fork. A write that errors or changes nothing
                is *repaired*: its arguments are chosen again without the values that failed
                (at most `max_repairs` times); each repair is recorded.
   4. scenario  the model writes why the customer calls and what the customer knows; each field
                passes the fidelity gate (kit/grounding.py: it carries the values the request
                needs, has no meta-text or assistant-speak, invents no ids) or is replaced by the
-               grounded template of kit/rollout/request.py (a recorded repair, counted per round).
-               The task instructions (state the request first, end when it is done) are code.
-               The dialogue edge of the plan shapes the plan text only: every gold dialogue
-               states the whole request in its first user turn.
+               phrasing bank's (kit/rollout/phrasing.py: many wordings, template or free_form,
+               drawn from the task id; a recorded repair, counted per round). The task
+               instructions are code. A plan whose dialogue edge is facts_on_request has the
+               customer withhold their own id until the agent asks (`ask_for`: the gold dialogue
+               holds the question and the answer); otherwise the gold dialogue states the whole
+               request in its first user turn.
   5. package   a tau2 Task: user scenario (persona + structured instructions), gold actions
                (the reads whose results the writes used, then the writes), communicate_info
-               for lookups, reward basis DB (+ COMMUNICATE). The ground-truth final state is
-               the fork after the gold actions (its hash is in the proposal record).
+               for lookups, reward basis DB (+ COMMUNICATE), and in description.notes the plan,
+               the tags `shape` and `phrasing` (kit/tags.py: task_tags) and `ask_for`. The
+               ground-truth final state is the fork after the gold actions (its hash is in the
+               proposal record).
 """
 
 from __future__ import annotations

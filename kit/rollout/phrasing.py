@@ -270,6 +270,7 @@ def scenario_text(request: "Request", seed: Any = None, labels: Optional[dict] =
     known: list[str] = []    # ... in the known info only
     ask_for: list[str] = []
     vps, contexts = [], []
+    withholding = ask_for_id and any(_is_owner(k) for s in steps for k in s.stated)
     for i, step in enumerate(steps):
         vp, ctx, done = _core(pick, step, labels, generic)
         if ctx and i == 0:
@@ -278,9 +279,10 @@ def scenario_text(request: "Request", seed: Any = None, labels: Optional[dict] =
             if key in done:
                 continue
             withhold = ask_for_id and _is_owner(key)
-            # a fact about the record ("the description ...") only once the request named it
+            # a fact about the record ("the description ...") only once the request named it; when the
+            # customer withholds their id, the known info holds that alone (it is their answer when asked)
             places = ("inline", "inline", "before", "after", "known") if _is_owner(key) else ("inline", "after", "known")
-            where = "known" if withhold else pick(places)
+            where = "known" if withhold else pick(places[:-1] if withholding else places)
             if withhold:
                 ask_for.append(key)
             if where == "inline":
