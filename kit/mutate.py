@@ -72,7 +72,7 @@ _POOLS: dict[str, list[ToolCall]] = {}
 def mutants(domain: Domain, task, min_count: int = 5, seed: int = 0) -> list[Mutant]:
     """At least `min_count` near-miss trajectories of `task` (deterministic for a seed)."""
     actions = gold_actions(task)
-    final = gold_final_text(task)
+    final = gold_final_text(task, domain)
     writes = [i for i, a in enumerate(actions) if domain.is_write_tool(a.name, a.requestor)]
     out: list[Mutant] = []
 

@@ -21,10 +21,12 @@ def trajectory_from_actions(
     termination_reason: str = "agent_stop",
     opening: Optional[str] = None,
     closing: Optional[str] = None,
+    exchange: tuple[tuple[str, str], ...] | list[tuple[str, str]] = (),
 ) -> Trajectory:
-    """Opening user turn, one message per call with its real result, an optional final text and
-    an optional closing user turn. Without a message history the dialogue starts as a rollout does:
-    the agent's greeting, then the user's `opening` (default: a request with no facts in it)."""
+    """Opening user turn, (agent question, user answer) turns of `exchange`, one message per call
+    with its real result, an optional final text and an optional closing user turn. Without a
+    message history the dialogue starts as a rollout does: the agent's greeting, then the user's
+    `opening` (default: a request with no facts in it)."""
     from kit.rollout.prompts import FIRST_AGENT_MESSAGE  # kit.rollout imports this module
 
     env = domain.fork(task)
@@ -37,6 +39,8 @@ def trajectory_from_actions(
         msgs.append(Message(role="user", content=opening or "Hi, I need some help."))
     elif opening and history[-1].role != "user":
         msgs.append(Message(role="user", content=opening))
+    for question, answer in exchange:
+        msgs += [Message(role="assistant", content=question), Message(role="user", content=answer)]
     for i, call in enumerate(actions):
         call = call.model_copy(update={"id": call.id or f"call_{i}"})
         obs = env.execute(call.name, dict(call.arguments), call.requestor)
@@ -59,20 +63,30 @@ def gold_actions(task) -> list[ToolCall]:
     ]
 
 
-def gold_final_text(task) -> str:
-    infos = (task.evaluation_criteria.communicate_info if task.evaluation_criteria else None) or []
-    if not infos:
-        return "Your request has been handled. Is there anything else?"
-    return "Here is what you asked for: " + "; ".join(infos) + "."
+def gold_final_text(task, domain: Optional[Domain] = None) -> str:
+    """The agent's last message: every fact to communicate; else, given the domain, what the gold
+    writes did in one of a few lines drawn from the task id (kit/rollout/phrasing.py: done_line);
+    else "Your request has been handled. Is there anything else?"."""
+    from kit.rollout.phrasing import DONE_LINES, done_line
+
+    crit = task.evaluation_criteria
+    infos = (crit.communicate_info if crit else None) or []
+    if infos:
+        return "Here is what you asked for: " + "; ".join(infos) + "."
+    writes = [(a.name, dict(a.arguments)) for a in ((crit.actions if crit else None) or [])
+              if domain is not None and domain.is_write_tool(a.name, a.requestor)]
+    return done_line(task.id, writes) if writes else DONE_LINES[0]
 
 
 def gold_trajectory(domain: Domain, task) -> Trajectory:
-    """A grounded gold dialogue: the user states the request, in its scenario's words (kit/rollout/request.py), the agent runs
-    the gold actions, says what it did and every fact to communicate, and the user ends it."""
-    from kit.rollout.request import CLOSING, scenario_opening
+    """A grounded gold dialogue: the user states the request, in its scenario's words (kit/rollout/request.py),
+    answers the agent's question for a fact it gives only when asked, the agent runs the gold actions, says
+    what it did and every fact to communicate, and the user ends it."""
+    from kit.rollout.request import CLOSING, asked_exchange, scenario_opening
 
     opening = scenario_opening(domain, task, seed="gold")
-    traj = trajectory_from_actions(domain, task, gold_actions(task), gold_final_text(task),
-                                   termination_reason="user_stop", opening=opening, closing=CLOSING)
+    traj = trajectory_from_actions(domain, task, gold_actions(task), gold_final_text(task, domain),
+                                   termination_reason="user_stop", opening=opening, closing=CLOSING,
+                                   exchange=asked_exchange(domain, task, seed="gold"))
     traj.meta.update({"source": "gold", "stop_signal": "stop"})
     return traj

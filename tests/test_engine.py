@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from kit.engine import EngineConfig, run_engine
 from kit.engine.audit import audit_run
-from kit.engine.plans import PlanPair, Slice, diversity, similarity, tool_patterns
+from kit.engine.plans import PlanPair, Slice, diversity, lookup_param, similarity, tool_patterns
 from kit.engine.reflect import _apply, _edits
 from kit.engine.records import CommittedUnit, UnitResult
 from kit.engine.rounds import ROUND_COLUMNS, RoundRow, plan_feedback, round_stats, write_rounds_csv
@@ -141,6 +141,10 @@ def test_tool_patterns_keep_single_writes_at_least_as_common_as_pairs():
         pairs = [t for i, t in pats if i == "multi_change"]
         assert len(pairs) <= sum(i == "change" for i, _ in pats)
         assert all(a != b for a, b in pairs)
+        # a lookup then one write: capped too, and each names the id argument its read returns
+        lookups = [t for i, t in pats if i == "lookup_change"]
+        assert len(lookups) <= 3 and len({w for _, w in lookups}) == len(lookups)
+        assert all(lookup_param(load_domain(name), r, w) for r, w in lookups)
 
 
 def _unit(unit: str, rnd: int, proposals: list[dict], sft_agent: list[dict]) -> UnitResult:

@@ -3,7 +3,8 @@
 A plan pair is (synthesis plan, evaluation plan) over one *slice* of the domain:
 
   intent     lookup (read tools only, the agent must tell a fact) | change (one write)
-             | multi_change (two writes)
+             | multi_change (two writes) | lookup_change (a read, then one write that uses an id it
+             returned: the customer names themself, the agent looks the id up)
   tools      the tool pattern: which agent tools the gold actions use, in order
   persona    who the simulated user is
   edge       how the dialogue is harder than a plain request (facts only on request,
@@ -80,15 +81,35 @@ class PlanPair:
         return cls(**d)
 
 
+def lookup_param(domain: Domain, read: str, write: str) -> Optional[str]:
+    """The id argument of `write` that `read` looks up, or None: a required `<thing>_id` of the write
+    whose thing the read's name mentions (get_users -> user_id), and which the read does not itself
+    need (get_user_details(user_id) finds nothing a customer without the id could ask for)."""
+    def required(name: str) -> list[str]:
+        fn = next((s["function"] for s in domain.tool_schemas("assistant") if s["function"]["name"] == name), {})
+        return list((fn.get("parameters") or {}).get("required") or [])
+
+    read_words = set(read.lower().split("_"))
+    needs = set(required(read))
+    for p in required(write):
+        thing = p[:-3] if p.endswith("_id") else None
+        if thing and p not in needs and (thing in read_words or thing + "s" in read_words):
+            return p
+    return None
+
+
 def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tuple[str, list[str]]]:
     """(intent, tools) pairs the domain supports: every read tool alone, every write tool
-    alone, and ordered pairs of write tools: at most one per write tool and at most `max_pairs`,
-    pairs of two different tools first (the same write twice only where a domain has one write).
+    alone, ordered pairs of write tools: at most one per write tool and at most `max_pairs`,
+    pairs of two different tools first (the same write twice only where a domain has one write),
+    and lookups then a write (`lookup_param`): at most one per write tool.
 
     Why the cap: the meta-planner spreads plans evenly over these patterns, so the share of
     two-write tasks is the share of pair patterns. Uncapped, mock (two writes) had four pairs
     against two single writes, and an agent trained on that data made a second write after
-    every request (measured: all 120 held-out episodes of laptop-repro)."""
+    every request (measured: all 120 held-out episodes of laptop-repro). A lookup then a write
+    has one write: it adds single-write tasks whose id the agent must find (mock: get_users then
+    create_task for a customer who gives their name), so the pairs' share drops, never rises."""
     names = [n for n in domain.tool_names("assistant") if n not in GENERIC_TOOLS]
     reads = [n for n in names if domain.tool_kind(n) == "read"]
     writes = [n for n in names if domain.tool_kind(n) == "write"]
@@ -99,7 +120,9 @@ def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tup
     if not pairs:
         pairs = [(w, w) for w in writes]
     out += [("multi_change", list(p)) for p in pairs[:min(max_pairs, len(writes))]]
-    return out
+    lookups = [("lookup_change", [r, w]) for w in writes
+               for r in [next((r for r in reads if lookup_param(domain, r, w)), None)] if r is not None]
+    return out + lookups[:max(1, max_pairs // 2)]
 
 
 def _shingles(text: str, n: int = 3) -> set[str]:

@@ -18,20 +18,27 @@ offers, see kit/engine/choice.py):
                an optional argument is left out and a required one takes the domain's
                template value (kit/envs/worlds.py, a recorded repair) or ends the proposal
                (lead-ins go in `choice.clean_text`; the rest is `free_value_problem`).
+               A lookup_change plan (a read, then a write) runs the read first, and the model
+               picks a record of its result a customer can name (a unique name or email beside
+               the id the write needs): the write gets the id, the customer gives the name.
   3. execute   the gold actions run in a fresh fork. A write that errors or changes nothing
                is *repaired*: its arguments are chosen again without the values that failed
                (at most `max_repairs` times); each repair is recorded.
   4. scenario  the model writes why the customer calls and what the customer knows; each field
                passes the fidelity gate (kit/grounding.py: it carries the values the request
                needs, has no meta-text or assistant-speak, invents no ids) or is replaced by the
-               grounded template of kit/rollout/request.py (a recorded repair, counted per round).
-               The task instructions (state the request first, end when it is done) are code.
-               The dialogue edge of the plan shapes the plan text only: every gold dialogue
-               states the whole request in its first user turn.
+               phrasing bank's (kit/rollout/phrasing.py: many wordings, template or free_form,
+               drawn from the task id; a recorded repair, counted per round). The task
+               instructions are code. A plan whose dialogue edge is facts_on_request has the
+               customer withhold their own id until the agent asks (`ask_for`: the gold dialogue
+               holds the question and the answer); otherwise the gold dialogue states the whole
+               request in its first user turn.
   5. package   a tau2 Task: user scenario (persona + structured instructions), gold actions
                (the reads whose results the writes used, then the writes), communicate_info
-               for lookups, reward basis DB (+ COMMUNICATE). The ground-truth final state is
-               the fork after the gold actions (its hash is in the proposal record).
+               for lookups, reward basis DB (+ COMMUNICATE), and in description.notes the plan,
+               the tags `shape` and `phrasing` (kit/tags.py: task_tags) and `ask_for`. The
+               ground-truth final state is the fork after the gold actions (its hash is in the
+               proposal record).
 """
 
 from __future__ import annotations
@@ -43,13 +50,15 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kit.engine.choice import Chooser, option_text
-from kit.engine.plans import GENERIC_TOOLS, PlanPair
+from kit.engine.plans import GENERIC_TOOLS, PlanPair, lookup_param
 from kit.engine.prompts import Prompts
 from kit.envs.domain import Domain
 
 from kit.envs.worlds import free_text_template, sample_world
 from kit.grounding import contains, norm, text_problems
+from kit.rollout.phrasing import facts_text, scenario_text, task_instructions
 from kit.rollout.request import Request, Step, task_request
+from kit.tags import tagged_notes
 
 from tau2.data_model.tasks import (  # noqa: E402  (kit.envs imported tau2 offline)
     Action, Description, EvaluationCriteria, InitialState, InitializationData, StructuredUserInstructions, Task,
@@ -294,11 +303,15 @@ class Synthesizer:
 
     # 2. actions
     def _choose_args(self, plan: PlanPair, tool: str, pool: Pool, rng: random.Random,
-                     banned: dict[str, set], persona: str) -> tuple[dict, dict[str, Optional[int]]]:
+                     banned: dict[str, set], persona: str,
+                     fixed: Optional[dict] = None) -> tuple[dict, dict[str, Optional[int]]]:
         fn = _schema(self.domain, tool)
         args: dict[str, Any] = {}
         sources: dict[str, Optional[int]] = {}
         for p, s, required in _params(fn):
+            if p in (fixed or {}):
+                args[p], sources[p] = fixed[p], None
+                continue
             desc = s.get("description") or p
             # values that failed before are left out, unless nothing else is left for this argument
             seen = _unbanned(pool.candidates(p), banned.get(p, set()))
@@ -369,12 +382,16 @@ class Synthesizer:
         explored = self.explore(plan, pool, rng)
         prop.explored = [{"call": c.render(), "error": c.error} for c in explored]
         sl = plan.slice
+        info = None
         if sl.intent == "lookup":
             gold, info = self._lookup(plan, pool, explored, rng)
             facts = {k: v for k, v in gold[-1].arguments.items()}
+            request = Request(task_id=task_id, steps=[Step(gold[-1].name, dict(gold[-1].arguments))])
+        elif sl.intent == "lookup_change":
+            gold, facts, request = self._lookup_write(plan, prop, pool, explored, rng, task_id)
         else:
             gold, facts = self._writes(plan, prop, pool, explored, rng)
-            info = None
+            request = task_request(self.domain, self.start, actions=gold)
         env = self.domain.fork(self.start)
         before = env.state_hash()
         for c in gold:
@@ -383,14 +400,15 @@ class Synthesizer:
                 raise _NoTask(f"gold_action_error: {c.render()}: {obs.content[:160]}")
         prop.gold_state_hash = env.state_hash()
         prop.state_changed = prop.gold_state_hash != before
-        scenario = self._scenario(plan, prop, gold, facts)
+        scenario, phrasing, ask_for = self._scenario(plan, prop, gold, facts, request)
         actions = [Action(action_id=f"a{i}", requestor="assistant", name=c.name, arguments=dict(c.arguments))
                    for i, c in enumerate(gold)]
+        notes = {"plan": plan.id, "slice": sl.describe(), "evaluation_plan": plan.evaluation,
+                 "generator": "kit.engine.synthesize (model-chosen, constrained)"}
         prop.task = Task(
             id=task_id,
-            description=Description(purpose=plan.synthesis, notes=json.dumps(
-                {"plan": plan.id, "slice": sl.describe(), "evaluation_plan": plan.evaluation,
-                 "generator": "kit.engine.synthesize (model-chosen, constrained)"})),
+            description=Description(purpose=plan.synthesis, notes=tagged_notes(
+                notes, shape=">".join(sl.tools), phrasing=phrasing, **({"ask_for": list(ask_for)} if ask_for else {}))),
             user_scenario=scenario,
             initial_state=initial,
             evaluation_criteria=EvaluationCriteria(
@@ -422,29 +440,34 @@ class Synthesizer:
         k, v = values[self.chooser.choose(msgs, [f"{k}: {v}" for k, v in values], what="lookup info")]
         return [call], str(v)
 
+    def _one_write(self, plan, prop, tool: str, writes: list[Call], pool: Pool, rng: random.Random,
+                   fixed: Optional[dict] = None) -> tuple[dict, dict, Any]:
+        """Arguments for one write (the model's choices, `fixed` ones given), run after the `writes` kept so
+        far; a write that errors or changes nothing is chosen again without the values that failed."""
+        banned: dict[str, set] = {}
+        for tries in range(self.max_repairs + 1):
+            args, src = self._choose_args(plan, tool, pool, rng, banned, plan.slice.persona, fixed=fixed)
+            env = self.domain.fork(self.start)  # replay the writes kept so far, then try this one
+            for w in writes:
+                env.execute(w.name, dict(w.arguments), "assistant")
+            before = env.state_hash()
+            obs = env.execute(tool, dict(args), "assistant")
+            problem = (f"error: {obs.content[:120]}" if obs.error
+                       else ("no_change" if env.state_hash() == before else None))
+            if problem is None:
+                return args, src, obs
+            prop.repairs.append(f"{tool}({args}) -> {problem}; chosen again")
+            for p, v in args.items():
+                if p not in (fixed or {}):
+                    banned.setdefault(p, set()).add(json.dumps(v))
+        raise _NoTask(f"write_failed: {tool} failed after {self.max_repairs} repairs ({problem})")
+
     def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict]:
         writes: list[Call] = []
         sources: dict[int, Optional[int]] = {}
         facts: dict[str, Any] = {}
         for tool in plan.slice.tools:
-            banned: dict[str, set] = {}
-            for tries in range(self.max_repairs + 1):
-                args, src = self._choose_args(plan, tool, pool, rng, banned, plan.slice.persona)
-                env = self.domain.fork(self.start)  # replay the writes kept so far, then try this one
-                for w in writes:
-                    env.execute(w.name, dict(w.arguments), "assistant")
-                before = env.state_hash()
-                obs = env.execute(tool, dict(args), "assistant")
-                result = obs
-                problem = (f"error: {obs.content[:120]}" if obs.error
-                           else ("no_change" if env.state_hash() == before else None))
-                if problem is None:
-                    break
-                prop.repairs.append(f"{tool}({args}) -> {problem}; chosen again")
-                for p, v in args.items():
-                    banned.setdefault(p, set()).add(json.dumps(v))
-            else:
-                raise _NoTask(f"write_failed: {tool} failed after {self.max_repairs} repairs ({problem})")
+            args, src, result = self._one_write(plan, prop, tool, writes, pool, rng)
             writes.append(Call(tool, args))
             # what the write returned (a new record's id, ...) is known to later gold actions
             pool.walk(_parse_output(result.content) or {}, len(explored) + len(writes) - 1)
@@ -455,42 +478,141 @@ class Synthesizer:
         reads = [explored[i] for i in sorted(sources) if i < len(explored)]
         return [Call(c.name, dict(c.arguments)) for c in reads] + writes, facts
 
-    def _scenario(self, plan: PlanPair, prop: Proposal, gold: list[Call], facts: dict) -> UserScenario:
-        """The model writes reason_for_call and known_info; each passes the fidelity gate
-        (kit/grounding.text_problems: carries the values the request needs, no meta-text or
-        assistant-speak, invents no ids) or is replaced by the grounded template of
-        kit/rollout/request.py (a recorded repair). Task instructions are code."""
+    def _lookup_write(self, plan, prop, pool, explored, rng, task_id: str) -> tuple[list[Call], dict, Request]:
+        """A read, then the write that uses an id it returned: the customer names the record (a name or
+        email beside the id in the read's result) instead of giving the id, so the agent must look it up."""
+        read, write = plan.slice.tools[0], plan.slice.tools[-1]
+        param = lookup_param(self.domain, read, write)
+        if param is None:
+            raise _NoTask(f"no_lookup: {write} has no id argument that {read} returns")
+        opts = self._read_options(pool, set(), rng, only=read)
+        if not opts:
+            raise _NoTask(f"no_arguments: no values seen for the arguments of {read}")
+        msgs = self.prompts.render("synth_explore", domain=self.domain.name, synthesis=plan.synthesis,
+                                   hints=plan.hints, so_far="; ".join(c.render() for c in explored) or "none")
+        call = self._run_read(self.domain.fork(self.start),
+                              opts[self.chooser.choose(msgs, [c.render() for c in opts], what="lookup call")], Pool(), 0)
+        if call.error:
+            raise _NoTask(f"gold_action_error: {call.render()}: {call.content[:160]}")
+        if call.arguments:  # a search by what the customer knows (an email, a phone number): its arguments
+            found = call.output if isinstance(call.output, (str, int)) else next(
+                (i for i, _, _ in named_records(call.output, param, unique=False)), None)
+            if found is None:
+                raise _NoTask(f"nothing_to_look_up: {call.render()} returned no {param}")
+            rid, identity = found, dict(call.arguments)
+        else:  # a listing: the customer names a record of it
+            named = named_records(call.output, param)
+            # the sampled world's own customers first: the base database's (mock's user_1) are the ones
+            # evaluation tasks use, and the held-out check would reject their requests more often
+            base = _base_keys(self.domain)
+            named = [n for n in named if str(n[0]) not in base] or named
+            if not named:
+                raise _NoTask(f"nothing_to_look_up: {call.render()} returned no {param} with a unique name or email")
+            rng.shuffle(named)
+            named = named[:MAX_OPTIONS]
+            msgs = self.prompts.render("synth_argument", domain=self.domain.name, synthesis=plan.synthesis, tool=write,
+                                       tool_description=_schema(self.domain, write).get("description", ""),
+                                       seen=pool.summary(), param=param, param_description="the customer, by name")
+            rid, key, name = named[self.chooser.choose(msgs, [f"{n} ({i})" for i, _, n in named],
+                                                       what=f"{write}.{param}")]
+            identity = {key: name}
+        args, _, _ = self._one_write(plan, prop, write, [], pool, rng, fixed={param: rid})
+        step = Step(write, {k: v for k, v in args.items() if k != param}, [param])
+        gold = [Call(call.name, dict(call.arguments)), Call(write, args)]
+        return gold, dict(args), Request(task_id=task_id, steps=[step], identity=identity)
+
+    def _scenario(self, plan: PlanPair, prop: Proposal, gold: list[Call], facts: dict,
+                  request: Request) -> tuple[UserScenario, str, tuple[str, ...]]:
+        """(scenario, its phrasing tag, the facts the customer gives only when asked). The model writes
+        reason_for_call and known_info; each passes the fidelity gate (kit/grounding.text_problems:
+        carries the values the request needs, no meta-text or assistant-speak, invents no ids) or is
+        replaced by the phrasing bank's (kit/rollout/phrasing.py; a recorded repair). The bank's task
+        instructions are code; a plan whose dialogue edge is facts_on_request has the customer withhold
+        their own id until the agent asks."""
         actions = "; ".join(c.render() for c in gold)
-        if plan.slice.intent == "lookup":
-            request = Request(task_id=prop.unit, steps=[Step(gold[-1].name, dict(gold[-1].arguments))])
-        else:
-            request = task_request(self.domain, self.start, actions=gold)
         needed = request.values()
         env = self.domain.fork(self.start)
-        known_text = json.dumps(env.env.tools.db.model_dump(mode="json"), default=str) + " " + request.text()
+        db = env.env.tools.db.model_dump(mode="json")
+        known_text = json.dumps(db, default=str) + " " + request.text()
+        bank = scenario_text(request, seed="scenario", labels=record_labels(db),
+                             ask_for_id=plan.slice.edge.startswith("facts_on_request"))
         reason = self.chooser.write(self.prompts.render(
             "synth_reason", persona=plan.slice.persona, synthesis=plan.synthesis, hints=plan.hints,
             actions=actions), 40, what="reason_for_call")
         fact_line = ", ".join(f"{k} = {option_text(v)}" for k, v in facts.items()) or "none"
         known = self.chooser.write(self.prompts.render(
             "synth_known_info", actions=actions, facts=fact_line, hints=plan.hints), 40, what="known_info")
+        phrasing, ask_for = "free_form", ()
         if self.repair_scenario:
             problems = text_problems(reason, (), known_text, second_person=True)
             prop.fidelity["reason_for_call"] = problems
-            if problems:
-                reason = request.reason_for_call()
-                prop.repairs.append(f"fidelity: reason_for_call ({problems[0]}) -> template")
+            if problems or not reason:
+                reason, phrasing, ask_for = bank.reason_for_call, bank.phrasing, bank.ask_for
+                prop.repairs.append(f"fidelity: reason_for_call ({(problems or ['empty'])[0]}) -> template")
             low = norm(reason)
             problems = text_problems(known, [v for v in needed if not contains(low, v)], known_text, second_person=True)
             prop.fidelity["known_info"] = problems
-            if problems:
-                known = request.known_info()
+            if problems:  # the bank's own known info goes with the bank's reason; beside model prose, every fact
+                known = bank.known_info if phrasing == bank.phrasing and reason == bank.reason_for_call \
+                    else facts_text(request)
                 prop.repairs.append(f"fidelity: known_info ({problems[0]}) -> template")
-        instructions = ("In your first message, say what you want and give the values you know. "
-                        "When the agent has done it, thank the agent and end the conversation.")
+        if not reason:
+            reason, phrasing, ask_for = bank.reason_for_call, bank.phrasing, bank.ask_for
+        instructions = task_instructions(request, "scenario", tuple(ask_for))
         return UserScenario(persona=plan.slice.persona, instructions=StructuredUserInstructions(
-            domain=self.domain.name, reason_for_call=reason or request.reason_for_call(), known_info=known or None,
-            unknown_info=None, task_instructions=instructions))
+            domain=self.domain.name, reason_for_call=reason, known_info=known or None,
+            unknown_info=None, task_instructions=instructions)), phrasing, tuple(ask_for)
+
+
+_NAME_FIELDS = ("name", "full_name", "username", "email")
+
+
+def named_records(output: Any, param: str, unique: bool = True) -> list[tuple[Any, str, str]]:
+    """[(id, field, value)]: records of a read's result holding `param` (user_id) and a name or email
+    that no other record there has (`unique`), so a customer can be found by it."""
+    found: list[tuple[Any, str, str]] = []
+
+    def walk(obj: Any, depth: int = 0) -> None:
+        if depth > 4:
+            return
+        if isinstance(obj, dict):
+            if isinstance(obj.get(param), (str, int)):
+                key = next((k for k in _NAME_FIELDS if isinstance(obj.get(k), str) and obj[k].strip()), None)
+                if key or not unique:
+                    found.append((obj[param], key or "", (obj.get(key) or "").strip() if key else ""))
+            for v in obj.values():
+                walk(v, depth + 1)
+        elif isinstance(obj, list):
+            for v in obj:
+                walk(v, depth + 1)
+
+    walk(output)
+    counts: dict[str, int] = {}
+    for _, _, name in found:
+        counts[name.lower()] = counts.get(name.lower(), 0) + 1
+    if not unique:
+        return found
+    return [(i, k, n) for i, k, n in found if counts[n.lower()] == 1 and str(i).lower() not in n.lower()]
+
+
+def _base_keys(domain: Domain) -> set[str]:
+    """Record keys of the domain's own starting database (before a world adds records)."""
+    db = domain.pristine_agent_db
+    return {str(k) for table in (vars(db).values() if db is not None else ()) if isinstance(table, dict) for k in table}
+
+
+def record_labels(db: dict) -> dict[str, str]:
+    """Record key -> its title or name, for every table of a database dump (how a customer calls a task)."""
+    out: dict[str, str] = {}
+    for table in (db or {}).values():
+        if not isinstance(table, dict):
+            continue
+        for key, rec in table.items():
+            if isinstance(rec, dict):
+                label = rec.get("title") or rec.get("name")
+                if isinstance(label, str) and label.strip():
+                    out[str(key)] = label.strip()
+    return out
 
 
 def _unbanned(options: list, banned: set) -> list:

@@ -49,11 +49,14 @@ STEP_SLACK = 4
 
 def min_episode_steps(task) -> int:
     """Steps (messages after the agent's greeting) a perfect dialogue takes to end with a stop, the
-    only endings that can score: the user's request, a call and its result per gold action, the
-    agent's answer and the user's stop. (A task without gold actions: 3.)"""
+    only endings that can score: the user's request, the agent's question and the user's answer
+    for facts the user gives only when asked (kit/rollout/request.py: asked_exchange), a call and its
+    result per gold action, the agent's answer and the user's stop. (A task without gold actions: 3.)"""
+    from kit.tags import task_notes
+
     criteria = getattr(task, "evaluation_criteria", None)
     actions = [a for a in (getattr(criteria, "actions", None) or []) if getattr(a, "requestor", "assistant") == "assistant"]
-    return 3 + 2 * len(actions)
+    return 3 + 2 * len(actions) + 2 * bool(task_notes(task).get("ask_for"))
 
 
 def step_budget_warning(tasks: list, max_messages: int, what: str = "max_messages") -> Optional[str]:

@@ -1,42 +1,31 @@
 """What the customer asks for: a task's request in words, built by code from its gold actions.
 
     req = task_request(domain, task)     # Request: what to do, the values the customer states
-    req.opening(seed)                    # "Hi! I'd like to create a task with user id user_7 and title 'Buy milk'."
-    req.reason_for_call(), req.known_info()   # the same facts, as scenario text ("You want to ...")
+    req.opening(seed)                    # "Hi! I'd like to create a task called 'Buy milk' for user_7."
+    scenario_opening(domain, task, seed) # the gold dialogue's first user turn: the scenario said by the customer
 
 Why: a dialogue teaches the agent to read the request only if the request is in it. The
-opening user turn of every gold dialogue, and the template the engine falls back to when its
-model-written scenario fails the fidelity gate (kit/engine/fidelity.py), come from here, so
-each names every value the gold writes need that the customer can know.
+opening user turn of every gold dialogue, and the scenario the engine writes when its
+model-written one fails the fidelity gate (kit/engine/synthesize.py), come from here and from the
+phrasing bank (kit/rollout/phrasing.py), so each names every value the gold writes need that the
+customer can know, in one of many wordings.
 
 What the customer can know: an argument value of a gold write is stated unless it first
-appears in the result of an earlier gold action and nowhere in the starting state or the
-scenario (a new record's id: the agent learns it from the tool result, not from the user).
-The wording is generic (tool name and argument names in words, a few fixed phrasings picked
-by seed): plain, predictable text a 135M model can learn to produce and to read.
+appears in the result of an earlier gold action and the customer cannot have it: before the
+scenario is written (the synthesizer passes `actions`), a value nowhere in the starting state
+(a new record's id: the agent learns it from the tool result, not from the user) or one the
+synthesizer looks up (`looked_up`: the customer gave a name, the agent finds the id); once the
+task has its scenario, a value the scenario does not name.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 CLOSING = "Thank you, that's all I needed. ###STOP###"
-OPENINGS = (
-    "Hi! I'd like to {req}.",
-    "Hello, I need to {req}.",
-    "Hi there. Could you {req}?",
-    "Hello! Please {req}.",
-    "Hi, can you help me {req}?",
-)
-REASONS = (
-    "You want to {req}.",
-    "You are contacting support to {req}.",
-    "You need the agent to {req}.",
-)
 CREATE_VERBS = {"create", "add", "book", "open", "register", "make", "new"}
 
 
@@ -47,7 +36,7 @@ def value_text(v: Any) -> str:
     return json.dumps(v) if isinstance(v, (list, dict)) else str(v)
 
 
-_PERSON = [(r"\byou are\b", "I am"), (r"\byou were\b", "I was"), (r"\byou have\b", "I have"),
+_PERSON = [(r"\byou're\b", "I'm"), (r"\byou are\b", "I am"), (r"\byou were\b", "I was"), (r"\byou have\b", "I have"),
            (r"\byour\b", "my"), (r"\byours\b", "mine"), (r"\byourself\b", "myself"), (r"\byou\b", "I")]
 
 
@@ -76,84 +65,105 @@ class Step:
     stated: dict[str, Any]
     from_results: list[str] = field(default_factory=list)
 
-    def phrase(self) -> str:
+    def phrase(self, only: list[str] | None = None) -> str:
+        """The generic words of this write ("create a task with user id user_7 and title 'Buy milk'"),
+        stating the values of `only` (default: every stated value)."""
         parts = _words(self.tool).split()
         verb, noun = parts[0], " ".join(parts[1:])
         obj = f"{'a' if verb in CREATE_VERBS else 'the'} {noun}".strip() if noun else ""
         if self.from_results and not verb in CREATE_VERBS:
             obj = f"the new {noun}".strip()  # the record an earlier step made
-        args = [f"{_words(k)} {value_text(v)}" for k, v in self.stated.items()]
+        keys = list(self.stated) if only is None else [k for k in self.stated if k in only]
+        args = [f"{_words(k)} {value_text(self.stated[k])}" for k in keys]
         with_ = (" with " + (", ".join(args[:-1]) + " and " + args[-1] if len(args) > 1 else args[0])) if args else ""
         return " ".join(x for x in (verb, obj) if x) + with_
 
 
 @dataclass
 class Request:
+    """The writes the customer asks for, and how they identify themself when they give no id
+    (`identity`: a field of their record and its value, {"name": "Maya Okafor"}; the agent looks the id up)."""
+
     task_id: str
     steps: list[Step]
     fallback_text: str = ""  # no gold writes (a lookup, a transfer): the scenario's own words
+    identity: dict[str, Any] = field(default_factory=dict)
 
     def text(self) -> str:
         if not self.steps:
             return self.fallback_text
-        return ", and then ".join(s.phrase() for s in self.steps)
+        who = "".join(f" for the {_words(k)} {value_text(v)}" for k, v in self.identity.items())
+        return ", and then ".join(s.phrase() for s in self.steps) + who
 
     def values(self) -> list[Any]:
-        """Every value the customer states (what `request_stated` looks for in the first user turn)."""
-        return [v for s in self.steps for v in s.stated.values()]
+        """Every value the customer states (what the first user turn must name)."""
+        return [v for s in self.steps for v in s.stated.values()] + list(self.identity.values())
 
     def opening(self, seed: Any = None) -> str:
-        rng = random.Random(json.dumps([self.task_id, seed], default=str))
+        """A first message built from the request alone (for a task whose scenario does not name the
+        values): the bank's template wording, said by the customer."""
+        from kit.rollout.phrasing import dress, scenario_text
+
         if not self.steps:
             return first_person(self.fallback_text) or "Hi, I need some help."
-        return rng.choice(OPENINGS).format(req=self.text())
+        text = scenario_text(self, seed, family="template")
+        said = " ".join(first_person(x) for x in (text.reason_for_call, text.known_info) if x)
+        return dress(said, seed, key=self.task_id)
 
-    def _rng(self, what: str, seed: Any) -> random.Random:
-        return random.Random(json.dumps([self.task_id, what, seed], default=str))
 
-    def reason_for_call(self, seed: Any = None) -> str:
-        if not self.steps:
-            return self.fallback_text
-        return self._rng("reason", seed).choice(REASONS).format(req=self.text())
+def _scenario_fields(task) -> tuple[str, str]:
+    instr = getattr(task.user_scenario, "instructions", None) if task.user_scenario else None
+    if instr is None or isinstance(instr, str):
+        return "", ""
+    return ((getattr(instr, "reason_for_call", None) or "").strip(), (getattr(instr, "known_info", None) or "").strip())
 
-    def known_info(self, seed: Any = None) -> str:
-        """The stated values as scenario facts, in one of a few phrasings (so a user model trained on them
-        learns to read facts, not one sentence shape)."""
-        pairs = [(k, v) for s in self.steps for k, v in s.stated.items()]
-        if not pairs:
-            return ""
-        style = self._rng("known", seed).randrange(3)
-        if style == 0:
-            return "You know that " + "; ".join(f"the {_words(k)} is {value_text(v)}" for k, v in pairs) + "."
-        if style == 1:
-            return " ".join(f"{'Your' if k.endswith('user_id') else 'The'} {_words(k)} is {value_text(v)}."
-                            for k, v in pairs)
-        return "Facts you can give: " + ", ".join(f"{_words(k)} {value_text(v)}" for k, v in pairs) + "."
+
+def _withheld(task) -> list[str]:
+    """Arguments the customer gives only when the agent asks (the engine's facts_on_request tasks)."""
+    from kit.tags import task_notes
+
+    return list(task_notes(task).get("ask_for") or [])
 
 
 def scenario_opening(domain, task, seed: Any = None) -> str:
     """The customer's first message: their scenario's reason for call and known info, said in the
     first person ("You marked 'X' as completed by mistake..." -> "I marked 'X' as completed by
-    mistake..."), when that text names every value the gold writes need; else `opening()`.
+    mistake..."), with a greeting and maybe a sign-off (kit/rollout/phrasing.py: dress), when that
+    text names every value the gold writes need; else `opening()`. Facts the customer gives only
+    when asked (`ask_for` in the task's notes) stay in the known info for `asked_exchange`.
 
     Why copy the scenario: a simulated user trained to restate its own scenario learns one skill
     that carries to any wording of a scenario (a 135M model reads 'set back to pending' poorly but
     copies it well), so the request the agent must act on reaches the dialogue."""
     from kit.rollout.fidelity import _norm_value, required_user_values
+    from kit.rollout.phrasing import dress
 
-    request = task_request(domain, task)
-    instr = getattr(task.user_scenario, "instructions", None) if task.user_scenario else None
-    reason = (getattr(instr, "reason_for_call", None) or "").strip() if instr is not None and not isinstance(instr, str) else ""
-    known = (getattr(instr, "known_info", None) or "").strip() if instr is not None and not isinstance(instr, str) else ""
+    reason, known = _scenario_fields(task)
+    withheld = _withheld(task)
     if reason:
-        rng = random.Random(json.dumps([task.id, "hello", seed], default=str))
-        text = " ".join(first_person(x) for x in (reason, known) if x)
-        text = rng.choice(("Hi! ", "Hello, ", "Hi there. ", "Hello! ", "Hi, ")) + text[0].lower() + text[1:] \
-            if not text.startswith("I ") else rng.choice(("Hi! ", "Hello. ", "Hi there. ", "Hello! ", "Hi. ")) + text
-        needed = required_user_values(task, domain=domain)
+        text = " ".join(first_person(x) for x in ((reason,) if withheld else (reason, known)) if x)
+        later = {_norm_value(a.arguments[k]) for a in _gold_writes(domain, task) for k in withheld if k in a.arguments}
+        needed = [v for v in required_user_values(task, domain=domain) if v not in later]
         if all(v in _norm_value(text) for v in needed):
-            return text
-    return request.opening(seed)
+            return dress(text, seed, key=task.id)
+    return task_request(domain, task).opening(seed)
+
+
+def asked_exchange(domain, task, seed: Any = None) -> list[tuple[str, str]]:
+    """[(the agent's question, the customer's answer)] for facts the customer gives only when asked:
+    the gold dialogue's turns between the opening and the first call ([] for most tasks)."""
+    from kit.rollout.phrasing import answer_line, ask_line
+
+    withheld = _withheld(task)
+    _, known = _scenario_fields(task)
+    if not withheld or not known:
+        return []
+    return [(ask_line(withheld, seed, key=task.id), answer_line(first_person(known), seed, key=task.id))]
+
+
+def _gold_writes(domain, task) -> list:
+    crit = task.evaluation_criteria
+    return [a for a in ((crit.actions if crit else None) or []) if domain.is_write_tool(a.name, a.requestor)]
 
 
 def _leaves(obj: Any, out: set[str]) -> set[str]:
@@ -175,14 +185,20 @@ def _db_text(env) -> str:
     return json.dumps(db.model_dump(mode="json") if hasattr(db, "model_dump") else db, default=str)
 
 
-def task_request(domain, task, actions: list | None = None) -> Request:
-    """The request of `task` (or of explicit gold `actions`: objects with name and arguments, requestor
-    'assistant'), checked against the task's starting state and scenario."""
+def task_request(domain, task, actions: list | None = None, looked_up: tuple[str, ...] = ()) -> Request:
+    """The request of `task`, whose scenario says what the customer knows; or, before the scenario is
+    written, of explicit gold `actions` (objects with name and arguments, requestor 'assistant'), where
+    the starting state stands in for it except the argument names in `looked_up` (module docstring)."""
+    from kit.grounding import contains, norm
+
+    written = actions is None
     if actions is None:
         crit = task.evaluation_criteria
         actions = [a for a in ((crit.actions if crit else None) or []) if getattr(a, "requestor", "assistant") == "assistant"]
     env = domain.fork(task)
-    known = _db_text(env) + " " + (str(task.user_scenario) if task.user_scenario is not None else "")
+    scenario = str(task.user_scenario) if task.user_scenario is not None else ""
+    known = _db_text(env) + " " + scenario
+    said = norm(scenario)
     produced: set[str] = set()  # values first seen in a gold action's result
     steps: list[Step] = []
     for a in actions:
@@ -190,7 +206,8 @@ def task_request(domain, task, actions: list | None = None) -> Request:
         if domain.tool_kind(a.name) == "write":
             stated, later = {}, []
             for k, v in args.items():
-                if str(v) in produced and str(v) not in known:
+                unknown = (not contains(said, v)) if written else (k in looked_up or str(v) not in known)
+                if str(v) in produced and unknown:
                     later.append(k)
                 else:
                     stated[k] = v

@@ -1,0 +1,244 @@
+"""The phrasing bank (kit/rollout/phrasing.py): every wording carries its values and passes the grounding
+check and the fidelity gate; choices are reproducible; lookup and facts-on-request tasks the engine makes
+have grounded gold dialogues that replay to reward 1; task tags survive the task files."""
+
+import json
+import re
+
+import pytest
+
+from kit.bench.openings import mask, opening_variety
+from kit.engine.choice import Chooser
+from kit.engine.plans import EDGES, PERSONAS, PlanPair, Slice, lookup_param, tool_patterns
+from kit.engine.prompts import Prompts
+from kit.engine.synthesize import Synthesizer
+from kit.engine.validate import executable_checks
+from kit.envs import load_domain
+from kit.grounding import agent_turn_problems, contains, norm, text_problems, user_turn_problems
+from kit.llm.types import Backend, Completion
+from kit.replay import gold_trajectory
+from kit.rollout import min_episode_steps
+from kit.rollout import phrasing as P
+from kit.rollout.fidelity import claims_done
+from kit.rollout.request import Request, Step, first_person, scenario_opening, task_request
+from kit.rollout.views import agent_view
+from kit.tags import PHRASINGS, tagged_notes, task_tags
+from kit.verify import tau2_verdict, verify
+
+from tau2.data_model.tasks import Task
+
+SYSTEM = "You are a customer service agent."
+_YOU = re.compile(r"\b(you|your|yours|you're)\b", re.I)
+TITLES = ["Pay electricity bill", "Book dentist appointment", "Water the plants", "Q3 budget review"]
+
+
+def _requests(i: int) -> list[tuple[Request, dict, dict]]:
+    """(request, labels, the gold writes' arguments) of every kind the engine makes, with values from task i."""
+    uid, tid, title, desc = f"user_{100 + i}", f"tsk_{300 + i}", TITLES[i % len(TITLES)], f"Before Friday {i}"
+    labels = {tid: TITLES[(i + 1) % len(TITLES)]}
+    out = [
+        (Request(f"c{i}", [Step("create_task", {"user_id": uid, "title": title})]), {}, [{"user_id": uid, "title": title}]),
+        (Request(f"d{i}", [Step("create_task", {"user_id": uid, "title": title, "description": desc})]), {},
+         [{"user_id": uid, "title": title, "description": desc}]),
+        (Request(f"u{i}", [Step("update_task_status", {"task_id": tid, "status": "completed"})]), labels,
+         [{"task_id": tid, "status": "completed"}]),
+        (Request(f"p{i}", [Step("update_task_status", {"task_id": tid, "status": "pending"})]), labels,
+         [{"task_id": tid, "status": "pending"}]),
+        (Request(f"m{i}", [Step("create_task", {"user_id": uid, "title": title}),
+                           Step("update_task_status", {"status": "completed"}, ["task_id"])]), {},
+         [{"user_id": uid, "title": title}, {"task_id": "task_9", "status": "completed"}]),
+        (Request(f"n{i}", [Step("update_task_status", {"task_id": tid, "status": "pending"}),
+                           Step("create_task", {"user_id": uid, "title": title})]), labels,
+         [{"task_id": tid, "status": "pending"}, {"user_id": uid, "title": title}]),
+        (Request(f"l{i}", [Step("create_task", {"title": title}, ["user_id"])], identity={"name": "Maya Okafor"}), {},
+         [{"user_id": uid, "title": title}]),
+    ]
+    return out
+
+
+def _said(text: P.ScenarioText) -> str:
+    return " ".join(first_person(x) for x in ((text.reason_for_call,) if text.ask_for else
+                                              (text.reason_for_call, text.known_info)) if x)
+
+
+@pytest.mark.parametrize("ask_for_id", [False, True])
+def test_every_sampled_phrasing_carries_its_values_and_passes_grounding_and_the_gate(ask_for_id):
+    families = set()
+    for i in range(60):
+        for req, labels, writes in _requests(i):
+            text = P.scenario_text(req, seed="scenario", labels=labels, ask_for_id=ask_for_id)
+            families.add(text.phrasing)
+            withheld = {str(s.stated[k]) for s in req.steps for k in text.ask_for if k in s.stated}
+            scenario = f"{text.reason_for_call} {text.known_info or ''} {text.task_instructions}"
+            known_text = " ".join(str(v) for v in req.values()) + " " + " ".join(labels.values()) + " " + req.text()
+            # the fidelity gate the synthesizer applies to model prose passes the bank's own fields
+            assert text_problems(text.reason_for_call, (), known_text, second_person=True) == [], text
+            rest = [v for v in req.values() if not contains(norm(text.reason_for_call), v)]
+            if text.known_info:
+                assert text_problems(text.known_info, rest, known_text, second_person=True) == [], text
+            else:
+                assert rest == [], text
+            # the opening says every value but the withheld ones, in the first person; they wait in the known info
+            opening = P.dress(_said(text), "gold", key=req.task_id)
+            assert not _YOU.search(_said(text)), _said(text)
+            for v in req.values():
+                assert contains(norm(opening), v) == (str(v) not in withheld), (v, opening)
+            assert all(contains(norm(text.known_info), v) for v in withheld)
+            assert bool(text.ask_for) == (ask_for_id and any(k == "user_id" for s in req.steps for k in s.stated))
+            # the user's turns keep to the scenario; the gold calls are grounded in the dialogue
+            view = [{"role": "system", "content": scenario}, {"role": "user", "content": "Hi! How can I help you today?"}]
+            assert user_turn_problems(view + [{"role": "assistant", "content": opening}]) == [], opening
+            dialogue = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": opening}]
+            if text.ask_for:
+                answer = P.answer_line(first_person(text.known_info), "gold", key=req.task_id)
+                dialogue += [{"role": "assistant", "content": P.ask_line(text.ask_for, "gold", key=req.task_id)},
+                             {"role": "user", "content": answer}]
+            if req.identity or req.steps[-1].from_results:  # ids the agent learns from a tool result
+                dialogue.append({"role": "tool", "content": json.dumps({"user_id": writes[0]["user_id"], "task_id": "task_9"})})
+            for args in writes:
+                call = {"id": "c", "type": "function", "function": {"name": "x", "arguments": json.dumps(args)}}
+                assert agent_turn_problems(dialogue + [{"role": "assistant", "content": "", "tool_calls": [call]}]) == [], \
+                    (dialogue, args)
+    assert families == set(PHRASINGS)
+
+
+def test_every_entry_of_the_bank_says_its_value_and_reads_in_the_first_person():
+    """Each wording list, entry by entry (sampling may miss one): formatted with a value, it names the
+    value, and said back by the customer it has no second-person word left."""
+    v, q = "user_7", "'Pay rent'"
+    filled = []
+    for tm in P.TITLE_MODS:
+        filled += [vp.format(tm=tm.format(q=q), tq=q) for vp in P.CREATE_VPS]
+    for vps, s in ((P.DONE_VPS, "completed"), (P.REOPEN_VPS, "pending"), (P.STATUS_VPS, "archived")):
+        for ref in P.RECORD_REFS + P.LABELLED_REFS:
+            filled += [vp.format(t=ref.format(v="tsk_4", l=q), s=s) for vp in vps]
+    filled += [x.format(v=v) for x in P.OWNER_INLINE + P.OWNER_FACTS + P.NAME_INLINE + P.NAME_FACTS + P.EMAIL_FACTS]
+    filled += [x.format(q=q, b="Pay rent") for x in P.DESC_INLINE + P.DESC_FACTS]
+    filled += [x.format(tq=q) for x in P.CREATE_CONTEXTS]
+    filled += [x.format(l=q, L=q) for x in P.DONE_CONTEXTS + P.REOPEN_CONTEXTS]
+    filled += [x.format(vp="mark tsk_4 as completed") for x in P.TEMPLATE_FRAMES + P.GOAL_FRAMES]
+    for text in filled:
+        said = first_person(text)
+        assert not _YOU.search(said), said
+        assert any(contains(norm(said), x) for x in ("user_7", "Pay rent", "tsk_4", "completed", "pending", "archived")) \
+            or text in [x.format(tq=q) for x in P.CREATE_CONTEXTS], text
+    for frame in P.TEMPLATE_FRAMES + P.GOAL_FRAMES:
+        assert text_problems(frame.format(vp="mark tsk_4 as completed"), ["tsk_4", "completed"], "tsk_4",
+                             second_person=True) == [], frame
+    for line in P.GREETINGS + P.LEAD_INS + P.SIGN_OFFS + P.ANSWER_LEAD:
+        assert not _YOU.search(line.replace("Thank you", "")) and user_turn_problems(
+            [{"role": "system", "content": ""}, {"role": "assistant", "content": line or "ok"}]) == [], line
+
+
+def test_same_seed_same_text_and_many_shapes_across_tasks():
+    req = _requests(3)[1][0]
+    assert P.scenario_text(req, "s") == P.scenario_text(req, "s")
+    assert P.dress("I want it.", "gold", key="t1") == P.dress("I want it.", "gold", key="t1")
+    shapes = set()
+    for i in range(80):
+        r = Request(f"syn-{i}", [Step("create_task", {"user_id": "user_3", "title": "Pay rent"})])
+        t = P.scenario_text(r, "scenario")
+        shapes.add(mask(P.dress(_said(t), "gold", key=r.task_id), ["user_3", "Pay rent"]))
+    assert len(shapes) >= 60  # one request, 80 tasks: nearly every opening its own shape (the old bank had 5)
+
+
+def test_done_lines_say_the_request_was_carried_out_and_what_was_done():
+    writes = [("create_task", {"user_id": "user_3", "title": "Pay rent"}), ("update_task_status",
+                                                                         {"task_id": "task_9", "status": "completed"})]
+    lines = {P.done_line(f"t{i}", writes) for i in range(40)}
+    assert len(lines) == len(P.DONE_LINES)
+    assert all(claims_done(line) for line in lines)
+    assert sum("'Pay rent'" in line and "task_9 to completed" in line for line in lines) == len(P.DONE_LINES) - 1
+
+
+# ----- engine tasks: lookups and facts on request --------------------------------------------------
+
+
+class Babble(Backend):
+    """A stand-in engine model whose every answer is unusable (these tests are about the task's shape and
+    its gold dialogue, not about model choices): constrained choices fall back to seeded draws, free-text
+    values to the world's templates, and scenario prose fails the fidelity gate, so the bank writes it."""
+
+    def generate_batch(self, conversations, tools=None, params=None):
+        return [[Completion(text="As an AI, I am here to help.", raw="As an AI, I am here to help.")] for _ in conversations]
+
+
+def _proposals(dom, tools, intent, edge, n=4):
+    plan = PlanPair(id="p0", slice=Slice(intent, tools, PERSONAS[0], edge), synthesis="s", evaluation="e")
+    out = []
+    for a in range(n):
+        synth = Synthesizer(dom, Chooser(Babble(), seed=a), Prompts(), explore_steps=1)
+        prop = synth.propose(plan, "r0-p0", a, f"syn-{intent}-a{a}", seed=a)
+        assert prop.task is not None, prop.failure
+        out.append(prop.task)
+    return out
+
+
+def _grounded(traj) -> bool:
+    return all(agent_turn_problems(agent_view(traj.messages[: i + 1], SYSTEM)) == []
+               for i, m in enumerate(traj.messages) if m.role == "assistant" and m.tool_calls)
+
+
+def test_lookup_tasks_name_the_customer_and_their_gold_dialogue_looks_the_id_up():
+    dom = load_domain("mock")
+    assert ("lookup_change", ["get_users", "create_task"]) in tool_patterns(dom)
+    assert lookup_param(dom, "get_users", "create_task") == "user_id"
+    assert lookup_param(dom, "get_users", "update_task_status") is None  # get_users shows no task titles
+    for task in _proposals(dom, ["get_users", "create_task"], "lookup_change", EDGES[0]):
+        assert [r for r in executable_checks(dom, task) if r["check"] != "held_out"] == []
+        read, write = task.evaluation_criteria.actions
+        uid = write.arguments["user_id"]
+        assert read.name == "get_users" and uid not in str(task.user_scenario)
+        name = next(u["name"] for u in task.initial_state.initialization_data.agent_data["users"].values()
+                    if u["user_id"] == uid)
+        traj = gold_trajectory(dom, task)
+        opening = next(m.content for m in traj.messages if m.role == "user")
+        assert name in opening and uid not in opening and write.arguments["title"].lower() in opening.lower()
+        calls = [c.name for m in traj.messages if m.role == "assistant" for c in m.tool_calls or []]
+        assert calls == ["get_users", "create_task"] and _grounded(traj)  # the id comes from the tool result
+        assert verify(dom, task, traj).reward == 1.0 and tau2_verdict("mock", task, traj)["reward"] == 1.0
+        assert task_request(dom, task).steps[0].from_results == ["user_id"]
+        assert task_tags(task) == {"shape": "get_users>create_task", "phrasing": task_tags(task)["phrasing"]}
+        assert task_tags(task)["phrasing"] in PHRASINGS
+
+
+def test_facts_on_request_tasks_withhold_the_user_id_until_the_agent_asks():
+    dom = load_domain("mock")
+    for task in _proposals(dom, ["create_task"], "change", EDGES[1]):
+        uid = task.evaluation_criteria.actions[-1].arguments["user_id"]
+        traj = gold_trajectory(dom, task)
+        users = [m.content for m in traj.messages if m.role == "user"]
+        assert uid not in users[0] and uid in users[1]  # asked for, then given
+        asked = traj.messages[traj.messages.index(next(m for m in traj.messages if m.content == users[1])) - 1]
+        assert asked.role == "assistant" and "user id" in asked.content and not asked.tool_calls
+        assert _grounded(traj) and verify(dom, task, traj).reward == 1.0
+        assert min_episode_steps(task) == len(traj.messages) - 1  # the step budget counts the exchange
+        assert "until the agent asks" in task.user_scenario.instructions.task_instructions or \
+            "when the agent asks" in task.user_scenario.instructions.task_instructions
+        assert scenario_opening(dom, task, "gold") == users[0]  # the same opening every time it is built
+
+
+def test_task_tags_survive_the_task_files_and_read_none_where_absent():
+    dom = load_domain("mock")
+    task = _proposals(dom, ["create_task", "update_task_status"], "multi_change", EDGES[0], n=1)[0]
+    again = Task.model_validate_json(task.model_dump_json(exclude_none=True))  # a tasks.jsonl line read back
+    assert task_tags(again) == task_tags(task) and task_tags(task)["shape"] == "create_task>update_task_status"
+    assert task_tags(json.loads(task.model_dump_json())) == task_tags(task)  # a dict works too
+    assert task_tags(dom.task("create_task_1")) == {"shape": None, "phrasing": None}  # tau2's own notes: plain text
+    assert task_tags(dom.tasks("heldout")[0]) == {"shape": None, "phrasing": None}
+    with pytest.raises(ValueError, match="phrasing must be one of"):
+        tagged_notes({}, shape="create_task", phrasing="prose")
+
+
+def test_opening_variety_masks_values_and_counts_shapes(tmp_path):
+    task = {"id": "t1", "evaluation_criteria": {"actions": [{"name": "create_task",
+                                                             "arguments": {"user_id": "user_3", "title": "Pay rent"}}]}}
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(task) + "\n" + json.dumps({**task, "id": "t2"}) + "\n")
+    rows = [("t1", "a", "Hi! Create 'Pay rent' for user_3. Thanks!"), ("t2", "b", "Hi! Create 'Buy milk' for user_9. Thanks!"),
+            ("t2", "c", "I am user_3. Please add Pay rent.")]
+    (tmp_path / "sft_user.jsonl").write_text("".join(json.dumps(
+        {"task_id": t, "trajectory_id": tr, "turn": 0, "meta": {"source": "gold"},
+         "messages": [{"role": "assistant", "content": text}]}) + "\n" for t, tr, text in rows))
+    got = opening_variety(tmp_path)
+    assert (got["dialogues"], got["distinct_openings"]) == (3, 2)
+    assert got["distinct_sentences"] == 5  # Hi! / Create <v> for <v>. / Thanks! / I am <v>. / Please add <v>.
