@@ -162,7 +162,7 @@ stages:
     params: {train_steps: 1, batch_size: 1, max_seq_len: 1024, gold_limit: 2}
   - stage: grpo
     params: {train_steps: 1, group_size: 2, tasks_per_step: 1, resample_budget: 0, micro_batch_size: 2, max_new_tokens: 8,
-             max_messages: 2, user_max_new_tokens: 8, filter_mode: "off"}
+             max_messages: 2, user_max_new_tokens: 8, filter_mode: "off", probe_k: 2, eval_every: 1, eval_limit: 1}
   - stage: evaluate
     params: {trials: 1, limit: 2, max_messages: 2, max_new_tokens: 8, user_max_new_tokens: 8, label: tiny, allow_overlap: true}
   - stage: report
@@ -192,6 +192,11 @@ def test_every_stage_notebook_runs_under_papermill_on_tiny_parameters(tmp_path):
     ev = json.loads((res.run_dir / "evaluate" / "eval.json").read_text())
     assert ev["meta"]["tasks"] == 2 and ev["config"]["model"] == f"hf:{res.run_dir}/grpo/model"
     assert (res.run_dir / "grpo" / "metrics.jsonl").read_text().count("\n") == 1
+    # the curriculum probed before the step; the learning curve has a point before and after it
+    assert (res.run_dir / "grpo" / "probes.jsonl").read_text().count("\n") == 1
+    curve = [json.loads(x) for x in (res.run_dir / "grpo" / "curve.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in curve] == [0, 1] and curve[0]["split"] == "heldout_val" and curve[0]["tasks"] == 1
+    assert (res.run_dir / "grpo" / "model_best" / "config.json").exists()
     assert json.loads((res.run_dir / "grpo" / "stage.json").read_text())["summary"]["user_tag"] == "fine-tuned"
     # each stage.json reads back as its stage's Outputs model (what the report reads)
     from kit.stages import outputs_class

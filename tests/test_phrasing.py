@@ -225,7 +225,7 @@ def test_task_tags_survive_the_task_files_and_read_none_where_absent():
     assert task_tags(again) == task_tags(task) and task_tags(task)["shape"] == "create_task>update_task_status"
     assert task_tags(json.loads(task.model_dump_json())) == task_tags(task)  # a dict works too
     assert task_tags(dom.task("create_task_1")) == {"shape": None, "phrasing": None}  # tau2's own notes: plain text
-    assert task_tags(dom.tasks("heldout")[0]) == {"shape": None, "phrasing": None}
+    assert task_tags(dom.tasks("heldout")[0]) == {"shape": "create", "phrasing": "template"}  # the held-out set's own tags
     with pytest.raises(ValueError, match="phrasing must be one of"):
         tagged_notes({}, shape="create_task", phrasing="prose")
 

@@ -29,14 +29,11 @@ HELDOUT_FILES = {"mock": Path(__file__).with_name("mock_heldout.json")}
 
 def task_meta(task) -> Optional[dict]:
     """The held-out set's labels of a task (a tau2 Task or its dict): {"shape", "phrasing", "split", ...}
-    from its description.notes; None for a task without them (tau2's own, the engine's)."""
-    desc = task.get("description") if isinstance(task, dict) else getattr(task, "description", None)
-    notes = desc.get("notes") if isinstance(desc, dict) else getattr(desc, "notes", None)
-    try:
-        meta = json.loads(notes) if notes else None
-    except (TypeError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) and "shape" in meta and "phrasing" in meta else None
+    from its description.notes (kit.tags reads them); None for a task without them (tau2's own)."""
+    from kit.tags import task_notes
+
+    meta = task_notes(task)
+    return meta if "shape" in meta and "phrasing" in meta else None
 
 
 def task_labels(domain, tasks) -> dict[str, tuple[str, str]]:
