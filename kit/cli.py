@@ -6,6 +6,7 @@
   kit export --domain D --out FILE.jsonl       gold + near-miss trajectories as SimulationRuns
   kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
   kit bench rollout [--arms A,B] [--group 8]    the kit's engine vs transformers' generate, per arm
+  kit bench grpo [--group 4 --steps 2 --out F]  GRPO steps: rollout / score / update seconds, episodes/s
   kit bench sandbox [--n 500]                   honest checker verdicts per second (sandbox pool)
   kit eval --domain D (--split S | --tasks-file FILE) --model M --user-model U --trials N   (every `evaluate` parameter)
   kit synthesize --domain D --out DIR [--rounds N --num-plans N ...]                      (every `synthesize` parameter)
@@ -242,6 +243,27 @@ def _cmd_bench_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_grpo(args: argparse.Namespace) -> int:
+    from kit.bench.grpo import bench_grpo
+    from kit.files import write_json
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    res = bench_grpo(args.group, args.tasks_per_step, args.steps, args.max_new_tokens, args.max_messages,
+                     args.model, args.user_model, args.domain, args.split, args.tasks_file, args.filter_mode,
+                     args.seed)
+    print(f"{res.settings['n_tasks']} tasks ({res.settings['tasks']}), group {args.group} x {args.tasks_per_step} "
+          f"tasks per step, {args.max_new_tokens} new tokens, {args.max_messages} messages, filter "
+          f"{args.filter_mode}; loaded in {res.load_s:.1f} s")
+    print(res.total.line())
+    if args.out:
+        write_json(Path(args.out), res.to_json())
+        print(f"wrote {args.out}")
+    return 0
+
+
 def _cmd_checker_sandbox(args: argparse.Namespace) -> int:
     from kit.checkers.sandbox import sandbox_cli
 
@@ -462,6 +484,23 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--arms", default="kit,kit-sequential,hf-generate,hf-generate-batch",
                     help="comma-separated arms (kit.bench.rollout.ARMS), run side by side in this process")
     br.set_defaults(fn=_cmd_bench_rollout)
+    bg = bsub.add_parser("grpo", help="GRPO steps on the embedded model and mock: rollout, score, update seconds")
+    bg.add_argument("--model", default=None, help="policy HF folder (default: the embedded model)")
+    bg.add_argument("--user-model", default="embedded", help="user simulator spec (default: the embedded model)")
+    bg.add_argument("--domain", default="mock")
+    bg.add_argument("--split", default="heldout", help="tasks of this split (without --tasks-file)")
+    bg.add_argument("--tasks-file", default=None, help="JSONL of checked tasks (a synthesize stage's rl_tasks.jsonl)")
+    bg.add_argument("--group", type=_at_least_one, default=4, help="episodes per task (G, >= 2)")
+    bg.add_argument("--tasks-per-step", type=_at_least_one, default=2, help="groups per step (B)")
+    bg.add_argument("--steps", type=_at_least_one, default=2)
+    bg.add_argument("--max-new-tokens", type=_at_least_one, default=64)
+    bg.add_argument("--max-messages", type=int, default=12, help="messages per episode")
+    bg.add_argument("--filter-mode", default="off", choices=["off", "all_equal", "all_success"],
+                    help="dynamic filtering (default off: every group trains, so the update is always timed)")
+    bg.add_argument("--seed", type=int, default=0)
+    bg.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    bg.add_argument("--out", default=None, help="write the numbers as JSON here")
+    bg.set_defaults(fn=_cmd_bench_grpo)
     bs = bsub.add_parser("sandbox", help="honest checker verdicts per second over a warm sandbox pool")
     bs.add_argument("--n", type=_at_least_one, default=500, help="checks to time")
     bs.add_argument("--workers", type=int, default=None, help="sandbox worker processes (default: min(2, CPUs))")

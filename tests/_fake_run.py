@@ -5,6 +5,7 @@ the GRPO metrics line writer, EvalResult.write), only the numbers are made up he
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
@@ -15,6 +16,9 @@ from kit.eval.runner import EvalResult
 from kit.files import append_jsonl, write_json
 from kit.runner.stage import Stage
 from kit.stages import outputs_class
+from kit.train.grpo_config import GRPOConfig
+from kit.train.grpo_curriculum import Curriculum
+from kit.train.grpo_curve import LearningCurve
 from kit.train.sft import write_loss_curve
 
 
@@ -47,6 +51,62 @@ def _eval(st: Stage, rewards: dict[str, list[float]], label: str, domain: str = 
         tasks=len(rewards), trials=n, user_deviation_rate=meta[M.USER_DEVIATION_RATE]))
 
 
+class _OneProcess:
+    """kit.train.processes.Processes of a single process (what Curriculum.probe asks of it), without torch."""
+
+    count, index = 1, 0
+
+    @staticmethod
+    def sum(x: float) -> float:
+        return x
+
+
+def fake_grpo(run: Path, key: str, rewards: list[float], skipped: dict[int, str] | None = None,
+              policy: str | None = None, probe: dict[str, int] | None = None,
+              curve: dict[int, dict[str, list[float]]] | None = None, params: dict | None = None) -> dict:
+    """A GRPO stage's folder as kit/stages/grpo.py writes it: metrics.jsonl, one line per step (`rewards`;
+    `skipped`: step -> skip reason), with the time split; model/; with `probe` (task id -> episodes solved
+    of 4) a probes.jsonl line by Curriculum.probe before step 0; with `curve` (step -> {task id: rewards})
+    curve.jsonl by LearningCurve.add_point, and model_best/. Returns the manifest entry."""
+    skipped = skipped or {}
+    st, e = _stage(run, "grpo", key, params=params)
+    cfg = GRPOConfig(train_steps=len(rewards), probe_k=4 if probe else 0, eval_every=2 if curve else 0)
+    files = {"model": st.out_dir / "model", "metrics": st.out_dir / "metrics.jsonl"}
+    files["model"].mkdir(parents=True)
+    pre: dict[int, dict] = {}
+    cur = Curriculum([SimpleNamespace(id=t) for t in probe or {}], cfg)
+    if probe:
+        files["probes"] = st.out_dir / "probes.jsonl"
+        solved = {t: [1.0] * n + [0.0] * (cfg.probe_k - n) for t, n in probe.items()}
+        rec = cur.probe(lambda tasks, seed: [solved[t.id].pop() for t in tasks], lambda task, r: r, _OneProcess(), 0)
+        append_jsonl(files["probes"], rec)
+        pre[0] = cur.metrics(rec)
+    lc = LearningCurve([], cfg, None)
+    if curve:
+        files.update({"curve": st.out_dir / "curve.jsonl", "model_best": st.out_dir / "model_best"})
+        files["model_best"].mkdir()
+        for step, by_task in sorted(curve.items()):
+            point = lc.add_point(step, by_task, eval_s=4.0)
+            append_jsonl(files["curve"], point)
+            pre.setdefault(step, {}).update(lc.metrics(point))
+    for i, r in enumerate(rewards):
+        reason = skipped.get(i, "")
+        m = {"step": i, M.REWARD_MEAN: r, M.FILTERED_FRAC: 1.0 if reason else 0.25, "skipped": int(bool(reason)),
+             "skip_reason": reason, M.USER_DEVIATION_RATE: 0.1, "time/rollout_s": 2.0, "time/score_s": 0.5,
+             **({} if reason else {"time/update_s": 1.0}), M.STEP_TIME: 2.5 if reason else 3.5, **pre.get(i, {})}
+        append_jsonl(files["metrics"], m)
+    skips: dict[str, int] = {}
+    for reason in skipped.values():
+        skips[reason] = skips.get(reason, 0) + 1
+    best = lc.best
+    st.finish(outputs_class("grpo")(
+        files={k: str(v) for k, v in files.items()}, steps=len(rewards), tasks=4, task_source="engine",
+        user_tag="fine-tuned", reward_first=rewards[0], reward_last=rewards[-1], policy=policy,
+        trained_steps=len(rewards) - len(skipped), skip_reasons=skips, best_step=best["step"] if best else None,
+        best_pass1=best["pass1"] if best else None, last_pass1=lc.points[-1]["pass1"] if lc.points else None))
+    return e
+
+
 def fake_run(root: Path, arms: bool = False) -> Path:
     run = root / "runs" / ("fake-ablation" if arms else "fake")
     entries = []
@@ -71,17 +131,17 @@ def fake_run(root: Path, arms: bool = False) -> Path:
             files={"loss_curve": str(curve)}, data_source="gold-fallback" if role == "user" else "engine",
             samples=10, steps=3, first_loss=2.5, final_loss=1.7))
         entries.append(e)
-    st, e = _stage(run, "grpo", "grpo")
-    for i, (r, f) in enumerate([(0.1, 0.5), (0.2, 0.25), (0.35, 0.0)]):
-        append_jsonl(st.out_dir / "metrics.jsonl", {"step": i, M.REWARD_MEAN: r, M.FILTERED_FRAC: f, "skipped": 0,
-                                                    M.USER_DEVIATION_RATE: 0.1})
-    st.finish(outputs_class("grpo")(files={"metrics": str(st.out_dir / "metrics.jsonl")}, steps=3, tasks=4,
-                                    task_source="engine", user_tag="fine-tuned", reward_first=0.1, reward_last=0.35))
-    entries.append(e)
+    entries.append(fake_grpo(run, "grpo", [0.1, 0.2, 0.35, 0.3], skipped={1: "all_groups_filtered"},
+                             policy=str(run / "sft_agent" / "model"),
+                             probe={"t0": 0, "t1": 2, "t2": 4, "t3": 1},
+                             curve={0: {"v0": [0.0], "v1": [1.0], "v2": [0.0]},
+                                    2: {"v0": [1.0], "v1": [1.0], "v2": [0.0]},
+                                    4: {"v0": [0.0], "v1": [1.0], "v2": [1.0]}}))
     spec = {"name": "fake", "description": "a made-up run for the report tests", "arms": []}
     if not arms:
         st, e = _stage(run, "evaluate", "evaluate")
-        _eval(st, {f"t{i}": [1.0 if i % 3 == 0 else 0.0, 1.0 if i % 2 == 0 else 0.0] for i in range(9)}, "GRPO agent")
+        _eval(st, {f"t{i}": [1.0 if i % 3 == 0 else 0.0, 1.0 if i % 2 == 0 else 0.0] for i in range(9)}, "GRPO agent",
+              model=f"hf:{run / 'grpo' / 'model'}")
         entries.append(e)
     else:
         spec["arms"] = [{"name": "sft", "label": "SFT checkpoint", "paper": 85.4, "paper_label": "SFT checkpoint"},
@@ -115,6 +175,45 @@ def fake_eval_run(root: Path, name: str, evals: list[tuple[str, str, dict[str, l
     write_json(run / "manifest.json", {
         "run_id": name, "status": "complete", "recipe": {"path": f"recipes/{name}.yaml",
                                                          "parsed": {"name": name, "arms": []}, "text": ""},
+        "git": {"commit": "0123456789abcdef", "dirty": False}, "tau2_version": "26.3",
+        "seeds": {x["key"]: 0 for x in entries}, "stages": entries})
+    return run
+
+
+def fake_provenance_run(root: Path) -> Path:
+    """Evaluations of agents that trained, or did not: sft_agent (48 steps); grpo_skip (every step skipped:
+    all groups filtered); grpo (6 steps, the first skipped, best validation point after 4); grpo_early (its
+    best point before the first step). Arms 'sft' and 'rl' (the recipe's labels claim an RL arm) evaluate
+    sft_agent and grpo_skip; the others are evaluations outside the arms."""
+    run = root / "runs" / "provenance"
+    st, sft = _stage(run, "sft_agent", "sft_agent", params={"model": "embedded"})
+    (st.out_dir / "model").mkdir(parents=True)
+    st.finish(outputs_class("sft_agent")(files={"model": str(st.out_dir / "model"),
+                                                 "loss_curve": str(write_loss_curve(st.out_dir, [[1, 2.0], [48, 1.0]]))},
+                                          data_source="engine", samples=96, steps=48, first_loss=2.0, final_loss=1.0))
+    start = str(run / "sft_agent" / "model")
+    low, high = {"v0": [0.0], "v1": [0.0]}, {"v0": [1.0], "v1": [1.0]}
+    mid = {"v0": [1.0], "v1": [0.0]}
+    entries = [sft,
+               fake_grpo(run, "grpo_skip", [0.0] * 3, skipped={i: "all_groups_filtered" for i in range(3)}, policy=start),
+               fake_grpo(run, "grpo", [0.1, 0.2, 0.3, 0.3, 0.4, 0.4], skipped={0: "all_groups_filtered"}, policy=start,
+                         curve={0: low, 2: mid, 4: high, 6: mid}),
+               fake_grpo(run, "grpo_early", [0.2, 0.1], policy=start, curve={0: high, 2: low})]
+    rewards = {f"t{i}": [float(i % 2), float(i % 3 == 0)] for i in range(6)}
+    for sid, arm, label, model in [("eval_base", None, "base", "embedded"),
+                                   ("evaluate", "sft", "SFT checkpoint", f"hf:{start}"),
+                                   ("evaluate", "rl", "RL, fine-tuned user", f"hf:{run / 'grpo_skip' / 'model'}"),
+                                   ("eval_last", None, "GRPO last", f"hf:{run / 'grpo' / 'model'}"),
+                                   ("eval_best", None, "GRPO best", f"hf:{run / 'grpo' / 'model_best'}"),
+                                   ("eval_early", None, "GRPO early best", f"hf:{run / 'grpo_early' / 'model_best'}")]:
+        st, e = _stage(run, "evaluate", f"{arm}/{sid}" if arm else sid, arm=arm, params={"label": label})
+        _eval(st, rewards, label, model=model)
+        entries.append(e)
+    spec = {"name": "provenance", "arms": [{"name": "sft", "label": "SFT checkpoint"},
+                                           {"name": "rl", "label": "RL, fine-tuned user"}]}
+    write_json(run / "manifest.json", {
+        "run_id": run.name, "status": "complete", "recipe": {"path": "recipes/provenance.yaml", "parsed": spec,
+                                                             "text": ""},
         "git": {"commit": "0123456789abcdef", "dirty": False}, "tau2_version": "26.3",
         "seeds": {x["key"]: 0 for x in entries}, "stages": entries})
     return run

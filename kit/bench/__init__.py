@@ -1,1 +1,1 @@
-"""Benchmarks (never timed tests): `kit bench verify`, `kit bench rollout`, gold replays."""
+"""Benchmarks (never timed tests): `kit bench verify`, `kit bench rollout`, `kit bench grpo`, gold replays."""

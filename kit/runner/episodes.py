@@ -34,6 +34,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from kit.runner.run_data import eval_label
+
 
 CAP = 40  # episodes per evaluation and per engine round
 PROPOSAL_CAP = 60  # engine proposals per round
@@ -187,7 +189,7 @@ def eval_group(ev: dict, texts: dict, cap: Optional[int] = CAP, pick=None) -> di
     the (task, trial) pairs to build, from those with a trajectory and eval.json's rows (default: the capped sample)."""
     d = Path(ev["dir"])
     gid = f"eval:{ev['key']}"
-    label = ev["summary"].get("label") or ev["params"].get("label") or ev["key"]
+    label = eval_label(ev)
     group = {"id": gid, "kind": "eval", "key": ev["key"], "arm": ev.get("arm"), "label": label, "episodes": []}
     cfg, rows, trajs = _eval_inputs(d)
     keys = sorted(set(rows) | set(trajs))

@@ -7,12 +7,15 @@
 Read from the files the stages wrote (manifest.json, each stage's stage.json and outputs):
   - engine yield per round with rejection reasons and failure categories (synthesize/rounds.csv)
   - SFT loss curves (<sft stage>/model/loss_curve.json), and where the SFT data came from
-  - GRPO reward and filtered-fraction curves (<grpo stage>/metrics.jsonl)
-  - pass^k per evaluation, a bootstrap 95% interval on pass^1 over tasks and trials (and the
-    evaluation's own interval over tasks, `pass1_ci95`), the user deviation rate, how often the
-    user's first message stated the request and how often episodes ended by a stop
-    (`request_stated_rate`, `proper_end_rate`), the train/test overlap (kit/eval/leak.py), and the
-    paper's numbers for the same domain beside ours (kit/runner/paper.py)
+  - GRPO: what each stage trained, reward and filtering per step, where the time went, the learning
+    curve and the curriculum's probes (kit/runner/report_grpo.py)
+  - pass^k per evaluation, the agent as it was trained (kit.runner.run_data.agent_provenance: an
+    arm whose GRPO never updated its weights is labelled so in every table), a bootstrap 95%
+    interval on pass^1 over tasks and trials (and the evaluation's own interval over tasks,
+    `pass1_ci95`), the user deviation rate, how often the user's first message stated the request
+    and how often episodes ended by a stop (`request_stated_rate`, `proper_end_rate`), the
+    train/test overlap (kit/eval/leak.py), and the paper's numbers for the same domain beside ours
+    (kit/runner/paper.py)
   - pass^1 of every evaluation by task shape and by phrasing (template / free_form / tau2: kit.data.task_labels),
     and the agent's and the user's sampling temperature beside every number
   - for an ablation: pass^1 per arm with its interval, next to the paper's ablation numbers
@@ -39,8 +42,10 @@ from kit import metrics as M
 from kit.files import write_json
 from kit.llm.spec import ModelSpec
 from kit.runner import paper
+from kit.runner.figures import int_ticks, new_figure, save
+from kit.runner.report_grpo import grpo_section
 from kit.runner.report_paired import paired_section
-from kit.runner.run_data import Section, collect, run_folder
+from kit.runner.run_data import Section, collect, eval_label, run_folder
 
 FAILURE_COLUMNS = ["failures_task", "failures_agent", "failures_user", "failures_undetermined"]
 
@@ -70,35 +75,8 @@ def bootstrap_pass1(episodes: pd.DataFrame, n: int = 2000, ci: float = 0.95, see
 # ----- figures -----------------------------------------------------------------------------------
 
 
-def _fig(w: float = 7.0, h: float = 3.6):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(w, h), dpi=100)
-    return fig
-
-
-def _int_ticks(ax, values) -> None:
-    """Integer x ticks at the data (a single round or step would otherwise get ticks like -0.04)."""
-    from matplotlib.ticker import MaxNLocator
-
-    vals = sorted({int(v) for v in values if v == v})
-    if not vals:
-        return
-    if len(vals) <= 12:
-        ax.set_xticks(vals)
-        ax.set_xlim(vals[0] - 0.6, vals[-1] + 0.6)
-    else:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
-
-
 def fig_engine(runs: list[dict], path: Path) -> Path:
-    fig = _fig(10, 3.6)
+    fig = new_figure(10, 3.6)
     ax1, ax2 = fig.subplots(1, 2)
     for r in runs:
         df = r["rounds"]
@@ -116,52 +94,33 @@ def fig_engine(runs: list[dict], path: Path) -> Path:
         vals = df[c].fillna(0).to_numpy()
         ax2.bar(df["round"], vals, width=0.5, bottom=bottom, label=c.replace("failures_", ""))
         bottom = vals if bottom is None else bottom + vals
-    _int_ticks(ax1, [v for r in runs for v in r["rounds"]["round"]])
-    _int_ticks(ax2, df["round"])
+    int_ticks(ax1, [v for r in runs for v in r["rounds"]["round"]])
+    int_ticks(ax2, df["round"])
     ax2.set_xlabel("round")
     ax2.set_ylabel("failed rollouts")
     ax2.set_title(f"failure attribution ({runs[-1]['key']})")
     if cols:
         ax2.legend(fontsize=7)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def fig_sft(runs: list[dict], path: Path) -> Path:
-    fig = _fig()
+    fig = new_figure()
     ax = fig.subplots()
     for r in runs:
         if r["curve"]:
             steps, losses = zip(*r["curve"])
             ax.plot(steps, losses, "o-", ms=3, label=f"{r['key']} ({r['summary'].get('data_source', '?')})")
-    _int_ticks(ax, [st for r in runs for st, _ in (r["curve"] or [])])
+    int_ticks(ax, [st for r in runs for st, _ in (r["curve"] or [])])
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("completion-token loss")
     ax.set_title("SFT loss")
     ax.legend(fontsize=7)
-    return _save(fig, path)
-
-
-def fig_grpo(runs: list[dict], path: Path) -> Path:
-    fig = _fig(10, 3.6)
-    ax1, ax2 = fig.subplots(1, 2)
-    for r in runs:
-        h = r["history"]
-        if M.REWARD_MEAN in h:
-            ax1.plot(h["step"], h[M.REWARD_MEAN], "o-", label=r["key"])
-        if M.FILTERED_FRAC in h:
-            ax2.plot(h["step"], h[M.FILTERED_FRAC], "o-", label=r["key"])
-    steps = [v for r in runs for v in (r["history"]["step"] if "step" in r["history"] else [])]
-    _int_ticks(ax1, steps)
-    _int_ticks(ax2, steps)
-    ax1.set(xlabel="step", ylabel="mean reward", title="GRPO reward", ylim=(-0.05, 1.05))
-    ax2.set(xlabel="step", ylabel="fraction of groups dropped", title="dynamic filtering", ylim=(-0.05, 1.05))
-    ax1.legend(fontsize=7)
-    ax2.legend(fontsize=7)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def fig_pass1(rows: pd.DataFrame, path: Path, title: str = "pass^1 with 95% interval") -> Path:
-    fig = _fig(max(5.0, 1.2 * len(rows) + 2), 3.6)
+    fig = new_figure(max(5.0, 1.2 * len(rows) + 2), 3.6)
     ax = fig.subplots()
     x = range(len(rows))
     y = rows["pass^1"].to_numpy() * 100
@@ -175,11 +134,11 @@ def fig_pass1(rows: pd.DataFrame, path: Path, title: str = "pass^1 with 95% inte
     ax.set_ylabel("pass^1 (%)")
     ax.set_title(title)
     ax.set_ylim(0, max(5.0, float((rows["ci_high"].max() or 0) * 100) + 5))
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def fig_ablation(rows: pd.DataFrame, path: Path, paper_metric: str) -> Path:
-    fig = _fig(10, 3.8)
+    fig = new_figure(10, 3.8)
     ax1, ax2 = fig.subplots(1, 2)
     x = list(range(len(rows)))
     y = rows["ours pass^1 (%)"].to_numpy()
@@ -199,7 +158,7 @@ def fig_ablation(rows: pd.DataFrame, path: Path, paper_metric: str) -> Path:
     ax2.set_xticks(x)
     ax2.set_xticklabels(rows["paper arm"].fillna(rows["arm"]), rotation=20, ha="right", fontsize=8)
     ax2.set(ylabel="pass^1 (%)", title=f"paper: {paper_metric}"[:70], ylim=(0, 105))
-    return _save(fig, path)
+    return save(fig, path)
 
 
 # ----- tables ------------------------------------------------------------------------------------
@@ -225,23 +184,22 @@ def protocol_columns(meta: dict) -> dict:
             "agent T": meta.get("temperature"), "user T": meta.get("user_temperature")}
 
 
-def _label(ev: dict) -> str:
-    return ev["summary"].get("label") or ev["params"].get("label") or ev["key"]
-
-
 def eval_table(evals: list[dict], n_boot: int, ci: float) -> pd.DataFrame:
     rows = []
     for ev in evals:
         p1, lo, hi = bootstrap_pass1(ev["episodes"], n_boot, ci)
         meta, pk = ev["meta"], ev["passk"]
-        row = {"evaluation": _label(ev), "arm": ev["arm"], "domain": meta.get("domain"), "tasks": meta.get("tasks"),
+        prov = ev.get("provenance")
+        row = {"evaluation": eval_label(ev), "arm": ev["arm"], "domain": meta.get("domain"), "tasks": meta.get("tasks"),
                "trials": meta.get("trials"), "pass^1": pk.get(1, p1), "ci_low": lo, "ci_high": hi}
         for k in sorted(pk):
             if k > 1:
                 row[f"pass^{k}"] = pk[k]
         row.update(protocol_columns(meta))
         row.update({M.label(M.USER_DEVIATION_RATE): meta.get(M.USER_DEVIATION_RATE), "agent": meta.get("model"),
-                    "user simulator": meta.get("user_model"), "tau2": meta.get("tau2_version")})
+                    "agent, as trained": prov.text if prov is not None else None,
+                    "user simulator": meta.get("user_model"),
+                    "tau2": meta.get("tau2_version")})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -264,7 +222,7 @@ def breakdown_table(evals: list[dict], by: str) -> Optional[pd.DataFrame]:
         if not got:
             continue
         cols += [k for k in got if k not in cols]
-        rows.append({"evaluation": _label(ev), **{k: f"{v['pass^1']:.2f} ({v['tasks']})" for k, v in got.items()}})
+        rows.append({"evaluation": eval_label(ev), **{k: f"{v['pass^1']:.2f} ({v['tasks']})" for k, v in got.items()}})
     if not rows:
         return None
     if by == "phrasing":
@@ -385,7 +343,10 @@ def eval_section(data: dict, out: Path, figures: list, bootstrap: int, ci: float
             "knows; proper end: share ended by the user's or the agent's stop (not a step or error limit); "
             "pass^1 95% CI: percentile bootstrap over tasks (kit/eval/passk.py); train/test overlap: "
             "evaluation tasks whose gold actions all appear in the run's training data (kit/eval/leak.py). "
-            "The user simulator is recorded with every number (the paper does not publish its own).")
+            "The user simulator is recorded with every number (the paper does not publish its own). "
+            "<i>agent, as trained</i>: the stage that wrote the evaluated weights and what it trained (read from "
+            "its stage.json); a label followed by '— GRPO skipped: …' is an arm whose training never updated "
+            "its weights: it measures its start's policy.")
     ev.table(shown)
     figures.append(fig_pass1(table, out / "pass1.png"))
     ev.figure(figures[-1])
@@ -457,31 +418,6 @@ def sft_section(data: dict, out: Path, figures: list, run_dir: Path) -> Optional
     return sf
 
 
-def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
-    """GRPO runs: reward and dynamic filtering per step."""
-    if not data["grpo"]:
-        return None
-    gr = Section("GRPO: reward and dynamic filtering")
-    rows = []
-    for r in data["grpo"]:
-        h, s = r["history"], r["summary"]
-        rows.append({"stage": r["key"], "steps": len(h), "user simulator": s.get("user_tag"),
-                     "tasks from": s.get("task_source"),
-                     "reward first": h[M.REWARD_MEAN].iloc[0] if M.REWARD_MEAN in h and len(h) else None,
-                     "reward last": h[M.REWARD_MEAN].iloc[-1] if M.REWARD_MEAN in h and len(h) else None,
-                     "filtered frac (mean)": h[M.FILTERED_FRAC].mean() if M.FILTERED_FRAC in h else None,
-                     "skipped steps": int(h["skipped"].sum()) if "skipped" in h else None,
-                     M.label(M.USER_DEVIATION_RATE): (h[M.USER_DEVIATION_RATE].mean()
-                                                      if M.USER_DEVIATION_RATE in h else None)})
-    gr.text("Per step: mean checker reward over every rollout drawn (kept or filtered), and the fraction of "
-            "groups dynamic filtering dropped (all rewards equal: no learning signal).")
-    gr.table(pd.DataFrame(rows))
-    figures.append(fig_grpo(data["grpo"], out / "grpo.png"))
-    gr.figure(figures[-1])
-    return gr
-
-
-
 def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[str] = None, ci: float = 0.95,
                  bootstrap: int = 2000) -> Report:
     run_dir, out = Path(run_dir), Path(report_dir)
@@ -529,7 +465,9 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
                 continue
             ev = evs[-1]
             p1, lo, hi = bootstrap_pass1(ev["episodes"], bootstrap, ci)
-            rows.append({"arm": arm.get("label") or arm["name"], "ours pass^1 (%)": 100 * p1, "ci low (%)": 100 * lo,
+            untrained = ev["provenance"].untrained if ev.get("provenance") else None
+            rows.append({"arm": (arm.get("label") or arm["name"]) + (f" — {untrained}" if untrained else ""),
+                         "ours pass^1 (%)": 100 * p1, "ci low (%)": 100 * lo,
                          "ci high (%)": 100 * hi, "tasks": ev["meta"].get("tasks"), "trials": ev["meta"].get("trials"),
                          M.label(M.USER_DEVIATION_RATE): ev["meta"].get(M.USER_DEVIATION_RATE), **protocol_columns(ev["meta"]),
                          "paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper")})

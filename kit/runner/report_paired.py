@@ -25,15 +25,16 @@ from typing import Optional
 import pandas as pd
 
 from kit.eval.paired import PairedDiff, outcomes_by_task, paired_difference
-from kit.runner.run_data import Section
+from kit.runner.run_data import Section, eval_label
 
 MAX_PAIRS = 12
 REFERENCE_WORDS = {"base", "sft"}
 
 
 def eval_name(ev: dict) -> str:
-    """The evaluation as the report names it: its label, after its arm when the label does not say it."""
-    label = str(ev["summary"].get("label") or ev["params"].get("label") or ev["key"])
+    """The evaluation as the report names it: its label (kit.runner.run_data.eval_label: flagged when its
+    agent was never trained), after its arm when the label does not say it."""
+    label = eval_label(ev)
     arm = ev.get("arm")
     return label if not arm or label.startswith(str(arm)) else f"{arm}: {label}"
 

@@ -3,6 +3,8 @@
     run = run_folder("quickstart-cpu")    # runs/quickstart-cpu (or the path given), NotFound without a manifest
     data = collect(run)                   # {"manifest", "engine", "sft", "grpo", "evals", "warnings"}
     Section("Episodes").text("...")       # one titled block of a report: text, tables, figures, html
+    agent_provenance("hf:runs/x/grpo/model").text   # "SFT: 48 steps (sft_agent); GRPO skipped: all groups filtered"
+    eval_label(data["evals"][0])          # the evaluation's label, flagged when its agent was never trained
 
 Read from the files the stages wrote: manifest.json, each stage's stage.json (as the stage's
 Outputs model, kit/stages) and the outputs it names.
@@ -16,7 +18,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from kit.files import read_json
+from kit.files import read_json, read_jsonl
 from kit.stages import outputs_class
 
 
@@ -36,6 +38,72 @@ class Section:
     def figure(self, path: Path) -> "Section":
         self.items.append(("figure", Path(path)))
         return self
+
+
+@dataclass(frozen=True)
+class AgentProvenance:
+    """What produced an evaluated agent's weights, as the stage.json beside its folder says."""
+
+    text: str                        # the report's "agent, as trained" column
+    stage: Optional[str] = None      # the stage that wrote the folder (sft_agent, grpo, ...); None: no stage's
+    stage_id: Optional[str] = None
+    untrained: Optional[str] = None  # a training stage's output that holds its start's weights: why
+
+
+def _reasons(skips: dict[str, int], counts: bool) -> str:
+    return ", ".join(r.replace("_", " ") + (f" ({n})" if counts else "") for r, n in skips.items())
+
+
+def agent_provenance(model: Any) -> AgentProvenance:
+    """Which stage's output `model` (an evaluation's meta["model"]: a spec such as
+    'hf:<run>/grpo/model') is, and what that stage trained: read from the stage.json beside the
+    folder (and, for GRPO, from its start's, and from its metrics.jsonl for the best checkpoint).
+    A folder no stage wrote (the embedded model, a base model's folder) is the base model."""
+    from kit.llm.spec import ModelSpec
+
+    try:
+        spec = ModelSpec.parse(model, folder_kind="hf") if model else None
+    except ValueError:
+        spec = None
+    if spec is None or spec.embedded or not spec.path:
+        return AgentProvenance("base model" if spec is None or spec.local else f"served at {spec} (not traced)")
+    folder = Path(spec.path)
+    info = read_json(folder.parent / "stage.json") or {}
+    stage, sid, raw = info.get("stage"), info.get("id"), info.get("summary") or {}
+    if not stage:
+        return AgentProvenance("base model")
+    if stage in ("sft_agent", "sft_user"):
+        steps = raw.get("steps") or 0
+        return AgentProvenance(f"SFT: {steps} steps ({sid})", stage, sid, None if steps else "SFT ran no step")
+    if stage != "grpo":
+        return AgentProvenance(f"{stage} output ({sid})", stage, sid)
+    out = outputs_class("grpo").from_stage_json(info)
+    start = agent_provenance(out.policy) if out.policy else AgentProvenance("base model")
+    if "trained_steps" not in raw:  # a stage.json from before GRPO counted its applied steps
+        return AgentProvenance(f"GRPO {out.steps} steps on {start.stage_id or 'the base model'} "
+                               "(which trained: not recorded)", stage, sid)
+    if out.trained_steps == 0:
+        why = f"GRPO skipped: {_reasons(out.skip_reasons, len(out.skip_reasons) > 1) or 'no step ran'}"
+        return AgentProvenance(f"{start.text}; {why}", stage, sid, why)
+    trained = f"{out.trained_steps}/{out.steps} steps trained"
+    skipped = f"; skipped: {_reasons(out.skip_reasons, True)}" if out.skip_reasons else ""
+    if folder.name != "model_best" or out.best_step is None:
+        return AgentProvenance(f"GRPO {trained} on {start.stage_id or 'the base model'}, last{skipped}", stage, sid)
+    steps = read_jsonl(out.files.get("metrics") or folder.parent / "metrics.jsonl")
+    if not any(m.get("step", 0) < out.best_step and not m.get("skipped") for m in steps):
+        why = f"GRPO's best point (step {out.best_step}) came before any update"
+        return AgentProvenance(f"{start.text}; {why} (of {trained})", stage, sid, why)
+    return AgentProvenance(f"GRPO {trained} on {start.stage_id or 'the base model'}, best (step {out.best_step})"
+                           f"{skipped}", stage, sid)
+
+
+def eval_label(ev: dict) -> str:
+    """An evaluation's label as every table shows it: the recipe's label (its stage id without one),
+    followed by ' — <why>' when its agent is a training stage's output that was never trained (a
+    skipped GRPO), so that nobody reads it as a trained arm."""
+    label = str(ev["summary"].get("label") or ev["params"].get("label") or ev["key"])
+    prov = ev.get("provenance")
+    return f"{label} — {prov.untrained}" if prov is not None and prov.untrained else label
 
 
 def _stage_dir(entry: dict) -> Optional[Path]:
@@ -88,11 +156,14 @@ def collect(run_dir: str | Path) -> dict:
         elif e["stage"] in ("sft_user", "sft_agent"):
             out["sft"].append({**common, "role": e["stage"][4:], "curve": res.loss_curve(), "outputs": res})
         elif e["stage"] == "grpo":
-            out["grpo"].append({**common, "history": res.history()})
+            out["grpo"].append({**common, "history": res.history(), "outputs": res, "curve": res.curve(),
+                                "probes": read_jsonl(res.files["probes"]) if "probes" in res.files else []})
         elif e["stage"] == "evaluate":
             ev = res.eval_json()
+            meta = ev.get("meta") or {}
             out["evals"].append({**common, "passk": {int(k): v for k, v in (ev.get("passk") or {}).items()},
-                                 "meta": ev.get("meta") or {}, "episodes": pd.DataFrame(ev.get("episodes") or [])})
+                                 "meta": meta, "episodes": pd.DataFrame(ev.get("episodes") or []),
+                                 "provenance": agent_provenance(meta.get("model") or res.model)})
     # engine runs shared between arms appear once per arm in the manifest: keep one
     for name in ("engine", "sft", "grpo", "evals"):
         seen, uniq = set(), []

@@ -107,9 +107,31 @@ class Outputs(StageOutputs):
         return pd.DataFrame(read_jsonl(self.files["metrics"]))
 
 
+def read_checked_tasks(f: Path) -> dict:
+    """The checked tasks (kit.checkers.checker.CheckedTask) of a JSONL file such as the engine's
+    rl_tasks.jsonl, by task id; {} when the file does not exist."""
+    from kit.checkers.checker import CheckedTask
+
+    lines = f.read_text(encoding="utf-8").splitlines() if f.exists() else []
+    recs = [CheckedTask.model_validate_json(line) for line in lines if line.strip()]
+    return {r.task.id: r for r in recs}
+
+
+def checker_reward(dom, checked: dict):
+    """reward_fn(task, trajectory): the task's checker where it has one (kit.checkers.run_checker: τ²
+    criteria + sandboxed code), else the kit verifier on its τ² criteria."""
+    from kit.checkers.checker import run_checker
+    from kit.verify import verify
+
+    def reward_fn(task, traj):
+        rec = checked.get(task.id)
+        return run_checker(dom, rec, traj).reward if rec is not None else verify(dom, task, traj).reward
+
+    return reward_fn
+
+
 def training_tasks(config: Config, dom, st) -> tuple[list, dict, str]:
     """(tasks, checked tasks by id, where they came from)."""
-    from kit.checkers.checker import CheckedTask
     from kit.runner.stage import split_tasks
 
     checked, task_list, task_source = {}, [], ""
@@ -118,10 +140,8 @@ def training_tasks(config: Config, dom, st) -> tuple[list, dict, str]:
         task_source = f"split:{used_split}"
     elif config.tasks:
         f = Path(config.tasks) / "rl_tasks.jsonl" if Path(config.tasks).is_dir() else Path(config.tasks)
-        lines = f.read_text(encoding="utf-8").splitlines() if f.exists() else []
-        recs = [CheckedTask.model_validate_json(line) for line in lines if line.strip()]
-        checked = {r.task.id: r for r in recs}
-        task_list, task_source = [r.task for r in recs], "engine"
+        checked = read_checked_tasks(f)
+        task_list, task_source = [r.task for r in checked.values()], "engine"
         print(f"{len(task_list)} checked tasks from {f}")
     if not task_list:
         task_list, used_split = split_tasks(dom, config.fallback_split, st, "GRPO")
@@ -184,18 +204,13 @@ def run(config: Config, st) -> Outputs:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from kit.checkers.checker import run_checker
     from kit.envs import load_domain
     from kit.llm.spec import ModelSpec
     from kit.train.grpo import GRPOTrainer
-    from kit.verify import verify
 
     dom = load_domain(config.domain)
     task_list, checked, task_source = training_tasks(config, dom, st)
-
-    def reward_fn(task, traj):
-        rec = checked.get(task.id)
-        return run_checker(dom, rec, traj).reward if rec is not None else verify(dom, task, traj).reward
+    reward_fn = checker_reward(dom, checked)
 
     print(f"{len(task_list)} tasks ({task_source}), "
           f"{sum(bool(r.checker.code) for r in checked.values())} with code checkers")

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.train.grpo_config import GRPOConfig
-from kit.train.processes import Processes
+
+if TYPE_CHECKING:  # only annotated here: reading probes (the report, its tests) needs no torch
+    from kit.train.processes import Processes
 
 
 class Curriculum:

@@ -43,7 +43,6 @@ class LearningCurve:
 
     def evaluate(self, agent: Any, user: Any, step: int) -> dict:
         """One point of the curve; `best` is True when it beats every earlier point."""
-        from kit.eval.passk import pass1_interval
         from kit.llm.types import SamplingParams
         from kit.rollout.loop import RolloutConfig, run_episodes
         from kit.verify import verify
@@ -61,9 +60,16 @@ class LearningCurve:
             chunk = todo[start: start + c.probe_batch]
             for task, traj in zip(chunk, run_episodes(self.domain, chunk, agent, user, rc, progress=False)):
                 by_task[task.id].append(verify(self.domain, task, traj).reward)
+        return self.add_point(step, by_task, time.perf_counter() - t0)
+
+    def add_point(self, step: int, by_task: dict[str, list[float]], eval_s: float) -> dict:
+        """The point (curve.jsonl's record) of the rewards `by_task` scored after `step` steps."""
+        from kit.eval.passk import pass1_interval
+
+        c = self.cfg
         p1, lo, hi = pass1_interval(by_task)
-        point = {"step": step, "pass1": p1, "ci95": [lo, hi], "tasks": len(self.tasks), "trials": c.eval_trials,
-                 "temperature": c.eval_temperature, "split": c.eval_split, "eval_s": round(time.perf_counter() - t0, 1),
+        point = {"step": step, "pass1": p1, "ci95": [lo, hi], "tasks": len(by_task), "trials": c.eval_trials,
+                 "temperature": c.eval_temperature, "split": c.eval_split, "eval_s": round(eval_s, 1),
                  "per_task": {k: sum(v) / len(v) for k, v in by_task.items() if v}}
         point["best"] = self.best is None or p1 > self.best["pass1"]
         if point["best"]:
