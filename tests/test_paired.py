@@ -167,7 +167,7 @@ def test_report_shows_each_pair_of_evaluations_with_the_numbers_paired_differenc
     assert len(rows) == 1 + len(order)
     for cells, (a, b) in zip(rows[1:], order):
         want = paired_difference(_outcomes(run, a), _outcomes(run, b), labels[a], labels[b], n_boot=300).to_row()
-        referee = "user-ft" if "eval_rl_raw" not in (a, b) else "differs: user-ft (kit) vs user-raw (kit)"
+        referee = "user-ft" if "eval_rl_raw" not in (a, b) else "differs: user-ft (kit, T=0.6) vs user-raw (kit, T=0.6)"
         assert cells == [*_cells(want, rows[0]), referee], (a, b)
     assert rows[2][rows[0].index("unmatched")] == "1"  # base vs RL: RL skipped one task
     assert rows[0][-1] == "referee" and "MDE" in rows[0] and "McNemar p" not in rows[0]  # 2 trials each
