@@ -79,20 +79,33 @@ def trajectory_rows(
 
 
 def token_logprobs(
-    model: Any, rows: list[Row], pad_id: int, temperature: float = 1.0
+    model: Any, rows: list[Row], pad_id: int, temperature: float = 1.0, min_prefix: int = 64
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of each row's tokens under `model`, restricted to the tail that holds
-    every masked token: returns (logp, mask), both [rows, K].
+    every masked token: returns (logp, mask), both [rows, K], each row's last token in the last
+    column (its completion tokens end the last columns).
 
     Rows are left-padded so that all of them end at the same column; then only the last K + 1
     positions need logits (`logits_to_keep`), which skips the vocabulary projection over the long
     prompts. Position ids continue across the pads, as in HFBackend's generation. Logits are
     divided by the sampling temperature so the ratio compares the distribution actually sampled.
+
+    The token prefix all rows share (the system prompt with the domain policy and the tool
+    schemas, ~750-1000 tokens) is run once when it is at least `min_prefix` tokens long: its
+    key/value cache, repeated for every row, is attended by each row's own suffix (left-padded
+    between prefix and suffix, so the rows still end at the same column), and gradients flow back
+    into the prefix through the repeated cache (same log-probs and gradients as the plain pass,
+    tests/test_grpo_prefix.py). On that path the positions outside the mask hold 0. Not with one
+    row, a shorter prefix, gradient checkpointing (it turns the cache off) or under
+    DistributedDataParallel (one forward per backward there): the plain pass then.
     """
     device = next(model.parameters()).device
     length = max(len(r.ids) for r in rows)
     k = max(len(r.ids) - r.mask.index(1) if 1 in r.mask else 1 for r in rows)
     k = min(k, length - 1)  # the first token of a sequence has no prediction
+    p = _prefix_to_share(model, rows, min_prefix)
+    if p:
+        return _shared_prefix_logprobs(model, rows, pad_id, temperature, p, k, device)
     ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
     att = torch.zeros((len(rows), length), dtype=torch.long)
     msk = torch.zeros((len(rows), length), dtype=torch.float32)
@@ -108,6 +121,58 @@ def token_logprobs(
     targets = ids[:, length - k :]
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
     return logp, msk[:, length - k :]
+
+
+def _prefix_to_share(model: Any, rows: list[Row], min_prefix: int) -> int:
+    """How many leading tokens `token_logprobs` runs once for all rows: their common prefix, cut
+    so that every row keeps the token before its first masked one in its own suffix; 0 for the
+    plain pass (one row, a prefix under `min_prefix`, gradient checkpointing, DDP)."""
+    if len(rows) < 2 or getattr(model, "module", None) is not None:  # DistributedDataParallel wraps `module`
+        return 0
+    on = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5; the older name warns there
+    if on if on is not None else getattr(model, "is_gradient_checkpointing", False):
+        return 0
+    first = rows[0].ids
+    p = min(len(r.ids) for r in rows) - 1
+    for r in rows:
+        p = min(p, r.mask.index(1) - 1 if 1 in r.mask else len(r.ids) - 1)
+    for r in rows[1:]:
+        n = 0
+        while n < p and r.ids[n] == first[n]:
+            n += 1
+        p = n
+    return p if p >= max(min_prefix, 1) else 0
+
+
+def _shared_prefix_logprobs(model: Any, rows: list[Row], pad_id: int, temperature: float, p: int, k: int,
+                            device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs` with the first `p` tokens (shared by every row) run once."""
+    from transformers import DynamicCache
+
+    b = len(rows)
+    width = max(len(r.ids) for r in rows) - p
+    ids = torch.full((b, width), pad_id, dtype=torch.long)
+    att = torch.zeros((b, p + width), dtype=torch.long)
+    att[:, :p] = 1
+    msk = torch.zeros((b, width), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        n = len(r.ids) - p
+        ids[i, width - n :] = torch.tensor(r.ids[p:])
+        att[i, p + width - n :] = 1
+        msk[i, width - n :] = torch.tensor(r.mask[p:], dtype=torch.float32)
+    ids, att, msk = ids.to(device), att.to(device), msk.to(device)
+    pos = p + (att[:, p:].cumsum(-1) - 1).clamp(min=0)  # each row's suffix continues at p, p + 1, ...
+    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+    prefix = torch.tensor([rows[0].ids[:p]], dtype=torch.long, device=device)
+    model(input_ids=prefix, cache=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(b)
+    # k + 1 <= width: every row's masked tail plus the token before it lies in its own suffix
+    out = model(input_ids=ids, attention_mask=att, position_ids=pos, cache=cache, use_cache=True,
+                logits_to_keep=k + 1)
+    logits = out.logits[:, :-1].float() / temperature
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, width - k :, None]).squeeze(-1)
+    mask = msk[:, width - k :]
+    return torch.where(mask > 0, logp, torch.zeros_like(logp)), mask
 
 
 def sampler_logprobs(rows: list[Row], logp: torch.Tensor) -> torch.Tensor | None:

@@ -1,0 +1,122 @@
+"""GRPO's token_logprobs with the shared prompt prefix run once (kit/train/sequences.py): the same
+log-probs and gradients as the plain pass (float32, atol 1e-5), and the plain pass where sharing
+does not apply. Model: a randomly initialised 2-layer Llama with SmolLM2's tokenizer (as in
+tests/test_grpo_learning.py), rows built like real ones: one long shared prompt, per-turn dialogue
+of different lengths, completions of different lengths."""
+
+import pytest
+import torch
+
+from kit.llm import ensure_embedded_model
+from kit.train.sequences import Row, token_logprobs
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(ensure_embedded_model())
+
+
+def tiny_llama(tokenizer, seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return LlamaForCausalLM(cfg).float()
+
+
+def realistic_rows(tokenizer, shared=True):
+    """Rows as trajectory_rows builds them: rendered prompt (system prompt + dialogue so far) +
+    the sampled completion, mask 1 on the completion only."""
+    system = ("You are a customer service agent. Follow the policy strictly. " * 12
+              + "Tools: find_user(id), get_order(order_id), cancel_order(order_id, reason). " * 4)
+    g = torch.Generator().manual_seed(1)
+    rows = []
+    for i, (dialogue, completion) in enumerate([(5, 30), (40, 7), (90, 18), (15, 1), (60, 44)]):
+        head = system if shared else f"Row {i}. " + system
+        prompt = tokenizer.apply_chat_template([{"role": "system", "content": head},
+                                                {"role": "user", "content": "my order " * dialogue}],
+                                               tokenize=False, add_generation_prompt=True)
+        ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        sampled = torch.randint(100, 40000, (completion,), generator=g).tolist()
+        rows.append(Row(ids + sampled, [0] * len(ids) + [1] * completion, advantage=float(i % 3) - 1.0, group=0))
+    return rows
+
+
+def logprobs_and_grads(model, rows, pad, min_prefix, temperature=0.7):
+    model.zero_grad()
+    logp, mask = token_logprobs(model, rows, pad, temperature, min_prefix=min_prefix)
+    adv = torch.tensor([r.advantage for r in rows])[:, None]
+    (-(logp * adv * mask).sum() / mask.sum()).backward()
+    return logp.detach(), mask, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_shared_prefix_gives_the_plain_log_probs_and_gradients(tokenizer):
+    from kit.train.sequences import _prefix_to_share
+
+    model = tiny_llama(tokenizer)
+    model.train()
+    rows = realistic_rows(tokenizer)
+    p = _prefix_to_share(model, rows, 64)
+    assert p > 150  # the whole system prompt is shared
+    plain, m_plain, g_plain = logprobs_and_grads(model, rows, tokenizer.pad_token_id, min_prefix=10**9)
+    shared, m_shared, g_shared = logprobs_and_grads(model, rows, tokenizer.pad_token_id, min_prefix=64)
+    assert plain.shape == shared.shape == (len(rows), 44)
+    assert torch.equal(m_plain, m_shared)
+    # each row's completion ends in the last columns, as before
+    assert [int(m.sum()) for m in m_shared] == [30, 7, 18, 1, 44] and bool((m_shared[:, -1] == 1).all())
+    on = m_plain > 0
+    assert torch.allclose(shared[on], plain[on], atol=1e-5, rtol=0), (shared[on] - plain[on]).abs().max()
+    assert g_plain.keys() == g_shared.keys() and len(g_plain) > 0
+    for name, grad in g_plain.items():
+        assert torch.allclose(g_shared[name], grad, atol=1e-5, rtol=1e-4), (name, (g_shared[name] - grad).abs().max())
+    # deterministic (bit-identical resume relies on it)
+    again, _, g_again = logprobs_and_grads(model, rows, tokenizer.pad_token_id, min_prefix=64)
+    assert torch.equal(again, shared) and all(torch.equal(g_again[n], g) for n, g in g_shared.items())
+
+
+def test_no_grad_shared_prefix_matches_too(tokenizer):
+    """ppo_update computes the old and reference log-probs under no_grad: same numbers there."""
+    model = tiny_llama(tokenizer, seed=3)
+    model.eval()
+    rows = realistic_rows(tokenizer)
+    with torch.no_grad():
+        plain, mask = token_logprobs(model, rows, tokenizer.pad_token_id, 1.0, min_prefix=10**9)
+        shared, _ = token_logprobs(model, rows, tokenizer.pad_token_id, 1.0, min_prefix=64)
+    on = mask > 0
+    assert torch.allclose(shared[on], plain[on], atol=1e-5, rtol=0)
+
+
+def test_plain_pass_without_a_shared_prefix_one_row_or_checkpointing(tokenizer):
+    from kit.train.sequences import _prefix_to_share
+
+    model = tiny_llama(tokenizer)
+    rows = realistic_rows(tokenizer)
+    assert _prefix_to_share(model, rows, 64) > 0
+    assert _prefix_to_share(model, realistic_rows(tokenizer, shared=False), 64) == 0  # rows differ from token 1 on
+    assert _prefix_to_share(model, rows[:1], 64) == 0  # one row
+    assert _prefix_to_share(model, rows, 10**6) == 0  # prefix shorter than min_prefix
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing and _prefix_to_share(model, rows, 64) == 0
+    model.gradient_checkpointing_disable()
+
+    class Wrapped(torch.nn.Module):  # how DistributedDataParallel holds the model
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    assert _prefix_to_share(Wrapped(model), rows, 64) == 0
+    # a completion right after the shared tokens: the token before it stays in the row's own suffix
+    early = [Row(rows[0].ids[:100] + [5, 6], [0] * 100 + [1, 1], 1.0, 0), rows[1]]
+    assert _prefix_to_share(model, early, 64) == 99
+    # the fallback still gives the log-probs (one row: what the shared path gives for that row)
+    with torch.no_grad():
+        one, m1 = token_logprobs(model, rows[4:5], tokenizer.pad_token_id, 1.0)
+        both, m2 = token_logprobs(model, rows[3:5], tokenizer.pad_token_id, 1.0)
+    assert torch.allclose(one[0][m1[0] > 0], both[1][m2[1] > 0], atol=1e-5, rtol=0)
