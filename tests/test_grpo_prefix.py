@@ -7,28 +7,10 @@ of different lengths, completions of different lengths."""
 import pytest
 import torch
 
-from kit.llm import ensure_embedded_model
 from kit.train.sequences import Row, token_logprobs
+from test_grpo_learning import tiny_llama, tokenizer  # noqa: F401  (the shared tiny model and tokenizer)
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(ensure_embedded_model())
-
-
-def tiny_llama(tokenizer, seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                      tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    return LlamaForCausalLM(cfg).float()
 
 
 def realistic_rows(tokenizer, shared=True):
