@@ -32,7 +32,7 @@ label = None  # Name of this evaluation in the report.
 training_data = None  # What the agent trained on, checked against the evaluation tasks' gold actions (kit.eval.leak): files, folders or 'split:<name>'. None: every synthesize / sft_user / sft_agent / grpo stage of this run that ran before this one.
 split = 'default'  # τ² split: train / test / base, 'default' (tau2's default set), 'heldout' (the kit's own; 'heldout_val' / 'heldout_test' its fixed validation / test slices) or None (all).
 tasks_file = None  # JSON list or JSONL of tau2 Task objects; replaces `split`.
-trials = 1  # Episodes per task (pass^k needs k <= trials; more than one needs a sampling temperature).
+trials = 1  # Episodes per task (pass^k needs k ≤ trials; more than one needs a sampling temperature).
 temperature = 0.0  # Agent sampling temperature (the paper evaluates at 0.6; tau2's papers often at 0); above 0 when trials > 1.
 user_temperature = 0.0  # User simulator sampling temperature.
 max_new_tokens = 192  # Most tokens per agent turn.

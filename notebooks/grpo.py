@@ -38,7 +38,7 @@ group_size = 8  # G: episodes per task; the group their advantages are normalise
 tasks_per_step = 16  # B: groups kept per optimizer step (paper: 16).
 lr = 1.7e-05  # AdamW learning rate, constant (paper: 1.7e-5 dense, 5e-6 MoE; tiny CPU tests use more).
 clip_eps = 0.4  # PPO clip range: ratios outside [1 - eps, 1 + eps] stop the gradient (paper: 0.4).
-kl_coef = 0.0  # Weight of a k3 KL penalty to the initial policy; 0 = no reference model (paper).
+kl_coef = 0.0  # Weight of a k3 KL penalty to the initial policy; 0: no reference model (paper).
 filter_mode = 'all_equal'  # Dynamic filtering: 'all_equal' (paper), 'all_success' (public AReaL) or 'off'.
 adv_scope = 'group'  # Advantage normalisation: 'group' (paper) or 'batch' (public AReaL).
 resample_budget = 16  # Extra tasks a step may draw to replace filtered groups; then it trains on what it kept.
@@ -46,26 +46,27 @@ minibatches = 1  # Optimizer steps per batch (PPO minibatches); > 1 computes old
 micro_batch_size = 4  # Rows per forward/backward; gradients accumulate over a minibatch's micro-batches.
 temperature = 1.0  # Rollout sampling temperature (paper: 1.0; evaluation uses 0.6).
 top_p = 1.0  # Rollout nucleus sampling.
-top_k = 0  # Rollout top-k; 0 = none. The loss scores sampled tokens under the full softmax, so rollouts sample from it too (a cut makes them off-policy).
+top_k = 0  # Rollout top-k; 0: none. The loss scores sampled tokens under the full softmax, so rollouts sample from it too (a cut makes them off-policy).
 max_new_tokens = 192  # Most tokens per assistant turn.
 max_messages = 30  # Messages per episode before termination max_steps (paper: up to 50 orchestrator steps).
 max_errors = 10  # Failed tool calls before too_many_errors termination.
 max_seq_tokens = None  # Rows (prompt + completion) longer than this are left out of the update and counted.
+pack_turns = True  # Pack an episode's turns into one row where the next prompt extends the last (exact context; the prompt runs once, not once per turn). Token loss_norm only: under 'sequence' a row is one turn.
 loss_norm = 'token'  # 'token': over all generated tokens of the batch (paper); 'sequence': per row, then mean.
 max_grad_norm = 1.0  # Gradient clipping by global norm.
 weight_decay = 0.0  # AdamW weight decay.
 user_temperature = 1.0  # User simulator sampling temperature.
 user_max_new_tokens = 96  # Most tokens per user turn.
-probe_k = 0  # Pass-rate curriculum (kit/train/grpo_curriculum.py): episodes per RL task the current policy runs before the first step (and every `probe_every` steps); steps draw only from tasks whose pass rate lies in [band_min, band_max]. 0 = off (every task is drawn). A public τ² GRPO run probes 16.
-probe_every = 0  # Steps between probes; 0 = only before the first step.
+probe_k = 0  # Pass-rate curriculum (kit/train/grpo_curriculum.py): episodes per RL task the current policy runs before the first step (and every `probe_every` steps); steps draw only from tasks whose pass rate lies in [band_min, band_max]. 0: off (every task is drawn). A public τ² GRPO run probes 16.
+probe_every = 0  # Steps between probes; 0: only before the first step.
 band_min = 0.05  # Lowest probe pass rate a task may have to be drawn (default: drop tasks never solved).
 band_max = 0.8  # Highest probe pass rate a task may have to be drawn (default: drop tasks solved 13+ times of 16).
 probe_batch = 32  # Episodes rolled out together by a probe or a learning-curve evaluation.
-eval_every = 0  # Learning curve (kit/train/grpo_curve.py): pass^1 of the current policy on `eval_split` before the first step, every this many steps and after the last; the best and the last policy are both saved. 0 = off.
+eval_every = 0  # Learning curve (kit/train/grpo_curve.py): pass^1 of the current policy on `eval_split` before the first step, every this many steps and after the last; the best and the last policy are both saved. 0: off.
 eval_split = 'heldout_val'  # The learning curve's tasks: a split neither trained on nor the final test set (mock: 'heldout_val').
 eval_limit = None  # First N tasks of `eval_split` only.
 eval_trials = 1  # Learning-curve episodes per task.
-eval_temperature = 0.0  # Learning-curve sampling temperature (agent and user); 0 = greedy, which with one trial gives the least noisy curve.
+eval_temperature = 0.0  # Learning-curve sampling temperature (agent and user); 0: greedy, which with one trial gives the least noisy curve.
 lora = False  # Train LoRA adapters (PEFT) instead of all weights; they are merged into the saved weights.
 lora_r = 16  # LoRA rank.
 lora_alpha = 32  # LoRA scaling numerator (the update is scaled by alpha / r).
@@ -77,7 +78,7 @@ rollout_server = None  # rollout 'server': the server's URL with /v1 (vLLM: `mak
 rollout_server_model = None  # The starting policy's name on the server (None: the first model it lists).
 weight_sync = 'auto'  # How the server gets the new weights after each step: 'lora_adapter' (vLLM POST /v1/load_lora_adapter; needs lora), 'folder' (a full HF folder per step, requested by its path: servers that load models by name, like `transformers serve`); 'auto': lora_adapter with lora, else folder.
 server_token_ids = True  # Ask the server for the sampled token ids and log-probs (vLLM); False for servers without them (`transformers serve`): the completion is re-tokenized, counted in train/retokenized_turns.
-save_every = 10  # Write a checkpoint (trainable weights, optimizer, task draws, RNG streams, step) every this many steps into the stage's checkpoints/; a rerun after a crash resumes from the newest one and ends with the weights an uninterrupted run has (kit/train/checkpoints.py). 0 = never.
+save_every = 10  # Write a checkpoint (trainable weights, optimizer, task draws, RNG streams, step) every this many steps into the stage's checkpoints/; a rerun after a crash resumes from the newest one and ends with the weights an uninterrupted run has (kit/train/checkpoints.py). 0: never.
 keep_checkpoints = 1  # Checkpoints kept (the newest); more only help when a disk corrupts the newest one. Removed once the stage saved its model.
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---

@@ -44,13 +44,13 @@ warmup_steps = 0  # Linear warm-up steps.
 epochs = 1.0  # Passes over the data (ignored when train_steps > 0).
 train_steps = -1  # Optimizer steps to run; > 0 overrides `epochs`.
 batch_size = 4  # Sequences per device per forward pass.
-grad_accum = 1  # Forward passes per optimizer step (effective batch = batch_size x grad_accum x devices).
+grad_accum = 1  # Forward passes per optimizer step (effective batch: batch_size x grad_accum x devices).
 max_seq_len = 4096  # Longest training sequence in tokens; longer prompts are truncated from the left (see the module doc).
 gradient_checkpointing = False  # Recompute activations in the backward pass: less memory, ~30% more time (TRL's default is on).
-dtype = 'auto'  # 'auto' = bfloat16 on CUDA when supported, float32 otherwise; or float32 / bfloat16 / float16.
+dtype = 'auto'  # 'auto': bfloat16 on CUDA when supported, float32 otherwise; or float32 / bfloat16 / float16.
 logging_steps = 1  # Log the training loss every this many optimizer steps (the loss curve's resolution).
 use_unsloth = 'auto'  # 'auto': Unsloth when CUDA and the package are there; True: require it; False: never.
-save_every = 25  # Write a transformers checkpoint (weights, optimizer, scheduler, RNG, data position) every this many optimizer steps; a rerun after a crash resumes from the newest one. 0 = never.
+save_every = 25  # Write a transformers checkpoint (weights, optimizer, scheduler, RNG, data position) every this many optimizer steps; a rerun after a crash resumes from the newest one. 0: never.
 keep_checkpoints = 1  # Checkpoints kept (transformers' save_total_limit); removed once the final model is written.
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---

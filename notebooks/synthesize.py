@@ -33,8 +33,8 @@ rounds = 3  # K rounds of synthesis → rollouts → reflection.
 num_plans = 4  # Plan pairs per round (the paper's ablation: 4 vs 64).
 tasks_per_plan = 2  # Task proposals per plan per round.
 group_size = 2  # G rollouts per accepted task (0: no rollouts).
-validation = True  # off = no task checks and no trajectory filtering.
-evolution = True  # off = plans stay as the meta-planner wrote them.
+validation = True  # off: no task checks and no trajectory filtering.
+evolution = True  # off: plans stay as the meta-planner wrote them.
 llm_judge = True  # The validator's model judgment after the executable checks.
 judge_threshold = 0.7  # Reject when the judge's P(no) exceeds it.
 sft_tokenizer = None  # HF folder whose chat template renders SFT samples (default: the agent model's; needed for endpoints).
@@ -47,7 +47,7 @@ explore_steps = 2  # Read calls the synthesizer makes before proposing.
 max_repairs = 2  # Re-choices of a gold write that errors or changes nothing.
 repair_scenario = True  # Append known facts the model's prose dropped.
 rl_share = 0.33  # Share of accepted tasks that go to the RL pool (rl_tasks.jsonl: tasks + checkers for `grpo`) instead of the SFT pool (sft_tasks.jsonl; their gold dialogues are the SFT data); the pools are disjoint (kit/engine/pools.py). 0: every task is SFT data and GRPO falls back to a split.
-gold_dialogues = True  # Also write each accepted task's gold-replay dialogue to sft_agent.jsonl (meta.source = 'gold').
+gold_dialogues = True  # Also write each accepted task's gold-replay dialogue to sft_agent.jsonl (meta.source: 'gold').
 choice_temperature = 1.0  # Softmax temperature of constrained choices.
 max_similarity = 0.75  # Near-duplicate plan threshold.
 wandb = True  # Log round metrics to W&B (offline unless WANDB_MODE says otherwise).

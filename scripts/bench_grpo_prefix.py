@@ -1,9 +1,11 @@
-"""Time GRPO's token_logprobs forward+backward, plain pass vs shared prompt prefix (a measurement,
-not a test): the real embedded SmolLM2-135M in float32, rows built like trajectory_rows builds
-them from the mock domain's agent system prompt with its tool schemas + short user turns + sampled
-completions (random ids), sorted by length and cut into micro-batches of 4 as ppo_update does.
+"""Time GRPO's token_logprobs forward+backward, plain pass vs shared prompt prefix vs an episode's
+turns packed into one row (a measurement, not a test): the real embedded SmolLM2-135M in float32,
+rows built like trajectory_rows builds them from the mock domain's agent system prompt with its tool
+schemas + short user turns + sampled completions (random ids), sorted by length and cut into
+micro-batches of 4 as ppo_update does. Episodes are built in token space (each turn's row is a
+prefix of its episode's packed row), so the per-turn and packed arms train the same tokens.
 
-    PYTHONPATH=. python scripts/bench_grpo_prefix.py [rows=24] [threads=2]
+    PYTHONPATH=. python scripts/bench_grpo_prefix.py [threads=2]
 """
 
 import random
@@ -20,8 +22,7 @@ from kit.rollout.prompts import agent_system_prompt
 from kit.train.grpo_math import assistant_token_mask
 from kit.train.sequences import Row, _prefix_to_share, token_logprobs
 
-n_rows = int(sys.argv[1]) if len(sys.argv) > 1 else 24
-torch.set_num_threads(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
 path = ensure_embedded_model()
 tok = AutoTokenizer.from_pretrained(path)
 model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -30,26 +31,40 @@ dom = load_domain("mock")
 system, tools = agent_system_prompt(dom.policy), dom.tool_schemas()
 rng = random.Random(0)
 words = ["please", "create", "a", "task", "for", "user_1", "titled", "report", "thanks", "now"]
-rows = []
+rows, packed = [], []
 for ep in range(8):  # 8 episodes x 3 sampled assistant turns
-    msgs = [{"role": "system", "content": system}]
+    msgs = [{"role": "system", "content": system},
+            {"role": "user", "content": " ".join(rng.choice(words) for _ in range(rng.randint(8, 30)))}]
+    ids, mask = assistant_token_mask([("prompt", tok(render_prompt(tok, msgs, tools, "prompt"),
+                                                     add_special_tokens=False)["input_ids"])])
+    adv = rng.uniform(-1, 1)
     for turn in range(3):
-        msgs.append({"role": "user", "content": " ".join(rng.choice(words) for _ in range(rng.randint(8, 30)))})
-        prompt_ids = tok(render_prompt(tok, msgs, tools, "prompt"), add_special_tokens=False)["input_ids"]
-        completion = [rng.randint(100, 40000) for _ in range(rng.randint(15, 70))]
-        ids, mask = assistant_token_mask([("prompt", prompt_ids), ("completion", completion)])
-        rows.append(Row(ids, mask, rng.uniform(-1, 1), ep))
-        msgs.append({"role": "assistant", "content": tok.decode(completion)})
-rows.sort(key=lambda r: len(r.ids))
-rows = rows[:: max(1, len(rows) // n_rows)][:n_rows]
-micro = [rows[s : s + 4] for s in range(0, len(rows), 4)]
-print(f"{len(rows)} rows of {min(len(r.ids) for r in rows)}-{max(len(r.ids) for r in rows)} tokens; "
-      f"shared prefix per micro-batch: {[_prefix_to_share(model, m, 64) for m in micro]}", flush=True)
-for name, min_prefix in [("plain", 10**9), ("shared", 64)] * 2:
+        if turn:
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(8, 30)))
+            more = tok(f"\n<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+            ids, mask = ids + more, mask + [0] * len(more)
+        completion = [rng.randint(100, 40000) for _ in range(rng.randint(15, 70))] + [tok.convert_tokens_to_ids("<|im_end|>")]
+        ids, mask = ids + completion, mask + [1] * len(completion)
+        n = len(ids) - len(completion)
+        rows.append(Row(list(ids), [0] * n + [1] * len(completion), adv, ep))
+    packed.append(Row(list(ids), list(mask), adv, ep, turns=3))
+
+def timed(name, rows, min_prefix):
+    rows = sorted(rows, key=lambda r: len(r.ids))
+    micro = [rows[s : s + 4] for s in range(0, len(rows), 4)]
     model.zero_grad(set_to_none=True)
     wall, cpu = time.perf_counter(), time.process_time()
     for mi in micro:
         logp, mask = token_logprobs(model, mi, tok.pad_token_id, 0.7, min_prefix=min_prefix)
         adv = torch.tensor([r.advantage for r in mi])[:, None]
         (-(logp * adv * mask).sum() / mask.sum()).backward()
-    print(f"{name}: wall {time.perf_counter() - wall:.1f}s, cpu {time.process_time() - cpu:.1f}s", flush=True)
+    print(f"{name}: {len(rows)} rows of {min(len(r.ids) for r in rows)}-{max(len(r.ids) for r in rows)} tokens, "
+          f"{sum(sum(r.mask) for r in rows)} trained; shared prefix per micro-batch "
+          f"{[_prefix_to_share(model, m, min_prefix) for m in micro]}; wall {time.perf_counter() - wall:.1f}s, "
+          f"cpu {time.process_time() - cpu:.1f}s", flush=True)
+
+
+for _ in range(2):
+    timed("plain, per turn", rows, 10**9)
+    timed("shared prefix, per turn", rows, 64)
+    timed("shared prefix, packed", packed, 64)

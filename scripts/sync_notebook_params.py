@@ -25,8 +25,10 @@ def cell_lines(config, old: dict[str, str]) -> list[str]:
         if name not in order:
             prev = [n for n in list(fields)[:i] if n in order]
             order.insert(order.index(prev[-1]) + 1 if prev else 0, name)
-    return [f"{n} = {old[n] if fields[n].is_required() else repr(fields[n].default)}  # {fields[n].description}"
-            for n in order]
+    from kit.runner.stage import cell_comment
+
+    return [f"{n} = {old[n] if fields[n].is_required() else repr(fields[n].default)}  # "
+            f"{cell_comment(fields[n].description)}" for n in order]
 
 
 def sync(path: Path, config) -> str:

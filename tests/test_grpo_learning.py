@@ -178,7 +178,8 @@ def test_multi_turn_smoke_on_the_mock_domain_one_optimizer_step_and_metrics(toke
     assert m["skipped"] == 0, m["skip_reason"]
     assert m["train/minibatches_applied"] == 1 and math.isfinite(m["grad_norm"]) and math.isfinite(m["loss"])
     assert all(s["step"] == 1 for s in tr.opt.state.values())  # AdamW stepped every parameter once
-    assert m["train/rows"] == m["episode/turns_mean"] * 2 >= 2 and m["train/unmatched_turns"] == 0
+    assert m["train/turns"] == m["episode/turns_mean"] * 2 >= 2 and m["train/unmatched_turns"] == 0
+    assert 2 <= m["train/rows"] <= m["train/turns"]  # an episode's turns packed where exact (tests/test_grpo_pack.py)
     for key in ("reward/mean", "reward/std", "pass_rate", "groups/filtered_frac", "groups/resamples",
                 "episode/tokens_mean", "user_deviation_rate", "clip_frac", "lr", "time/step_s"):
         assert key in m and math.isfinite(m[key]), key

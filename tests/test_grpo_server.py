@@ -50,7 +50,7 @@ def test_rollouts_come_from_the_server_and_the_server_samples_each_steps_weights
     assert any(m["reward/std"] > 0 for m in history)  # something to learn from
     for step, m in enumerate(history):
         assert m["skipped"] == 0, m["skip_reason"]
-        assert m["train/rows"] >= 4 and m["train/retokenized_turns"] == m["train/rows"]  # from the server's text
+        assert m["train/turns"] >= 4 and m["train/retokenized_turns"] == m["train/turns"]  # from the server's text
         assert m["train/unmatched_turns"] == 0 and math.isfinite(m["loss"]) and m["time/weight_sync_s"] > 0
     # after each step the trained weights were written and requested by their folder's path
     step1, step2 = tmp_path / "sync" / "step-1", tmp_path / "sync" / "step-2"

@@ -16,6 +16,7 @@ import nbformat
 import pytest
 
 from kit.runner.stages import RUNNER_FIELDS, STAGES
+from kit.runner.stage import cell_comment
 from kit.stages import MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,9 @@ def test_parameters_cell_matches_the_stage_config(stage):
         if not f.is_required():
             assert values[name] == f.default, f"{stage}: {name} = {values[name]!r} in the notebook, " \
                                               f"{f.default!r} in its Config"
-        assert comments[name] == f.description, f"{stage}: {name}'s comment is not its Config description"
+        assert comments[name] == cell_comment(f.description), f"{stage}: {name}'s comment is not its Config description"
+    # papermill reads every line (a line with two '=' it cannot parse, and the parameter is then "unknown")
+    assert all(line.count("=") == 1 for line in params[0].source.splitlines() if " = " in line), stage
     assert all(values[k] is None for k in RUNNER_FIELDS)
 
 

@@ -45,6 +45,7 @@ class StepTimes:
     rows: int
     tokens: int
     skip_reason: str = ""
+    turns: int = 0  # assistant turns trained (several per row when packed)
 
     @property
     def episodes_per_s(self) -> float:
@@ -55,7 +56,7 @@ class StepTimes:
         skipped = f" SKIPPED: {self.skip_reason}" if self.skip_reason else ""
         return (f"{head}: rollout {self.rollout_s:.2f} s, score {self.score_s:.2f} s, update {self.update_s:.2f} s, "
                 f"step {self.step_s:.2f} s; {self.episodes} episodes, {self.episodes_per_s:.2f} episodes/s; "
-                f"{self.rows} rows, {self.tokens} tokens trained{skipped}")
+                f"{self.turns} turns in {self.rows} rows, {self.tokens} tokens trained{skipped}")
 
     def to_json(self) -> dict:
         return {**asdict(self), "episodes_per_s": self.episodes_per_s}
@@ -66,12 +67,14 @@ class StepTimes:
         return cls(step=m["step"], rollout_s=m["time/rollout_s"], score_s=m["time/score_s"],
                    update_s=m.get("time/update_s", 0.0), step_s=m[M.STEP_TIME],
                    episodes=int(m.get("proc/episodes", 0)), rows=int(m.get("train/rows", 0)),
-                   tokens=int(m.get("train/tokens", 0)), skip_reason=m.get("skip_reason") or "")
+                   tokens=int(m.get("train/tokens", 0)), skip_reason=m.get("skip_reason") or "",
+                   turns=int(m.get("train/turns", 0)))
 
     @classmethod
     def sum(cls, steps: list[StepTimes]) -> StepTimes:
         return cls(None, *(sum(getattr(s, f) for s in steps) for f in
-                           ("rollout_s", "score_s", "update_s", "step_s", "episodes", "rows", "tokens")))
+                           ("rollout_s", "score_s", "update_s", "step_s", "episodes", "rows", "tokens")),
+                   turns=sum(s.turns for s in steps))
 
 
 @dataclass
@@ -110,7 +113,8 @@ def bench_tasks(dom, split: str = "heldout", tasks_file: str | None = None) -> t
 def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_tokens: int = 64,
                max_messages: int = 12, model: str | None = None, user_model: str = "embedded",
                domain: str = "mock", split: str = "heldout", tasks_file: str | None = None,
-               filter_mode: str = "off", seed: int = 0, log: Callable[[str], None] | None = print) -> GRPOBench:
+               filter_mode: str = "off", seed: int = 0, log: Callable[[str], None] | None = print,
+               pack_turns: bool = True, micro_batch_size: int = 4) -> GRPOBench:
     """Build the trainer, run `steps` steps, and return each step's times (see the module doc); `log`
     gets one line per step as it ends."""
     import torch
@@ -133,7 +137,8 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     cfg = GRPOConfig(train_steps=steps, group_size=group, tasks_per_step=tasks_per_step,
                      max_new_tokens=max_new_tokens, max_messages=max_messages, filter_mode=filter_mode,
-                     resample_budget=0, user_model=user, seed=seed, print_metrics=False)
+                     resample_budget=0, user_model=user, seed=seed, print_metrics=False, pack_turns=pack_turns,
+                     micro_batch_size=micro_batch_size)
     trainer = GRPOTrainer(policy, tokenizer, tasks, cfg, domain=dom, reward_fn=checker_reward(dom, checked))
     _ = trainer.user  # the user simulator loads here, not inside the first step's rollout time
     load_s = time.perf_counter() - t0
@@ -148,7 +153,7 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
     settings = {"group": group, "tasks_per_step": tasks_per_step, "steps": steps, "max_new_tokens": max_new_tokens,
                 "max_messages": max_messages, "filter_mode": filter_mode, "seed": seed, "domain": domain,
                 "tasks": tasks_file or f"split:{split}", "n_tasks": len(tasks), "model": model or "embedded",
-                "user_model": user_model}
+                "user_model": user_model, "pack_turns": pack_turns, "micro_batch_size": micro_batch_size}
     machine = {"device": str(trainer.acc.device), "torch_threads": torch.get_num_threads(),
                "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                "python": platform.python_version(), "torch": torch.__version__}

@@ -36,6 +36,16 @@ BANNER = "!" * 100
 RUNNER_FIELDS = ("stage", "run_id", "stage_id", "arm", "out_dir", "run_dir", "wandb_group", "fingerprint")
 
 
+def cell_comment(description: str | None) -> str:
+    """A Config field's description as the comment of its line in a notebook's parameters cell.
+    papermill gives up on a parameter line holding more than one '=' ("Unable to parse line",
+    then "Passed unknown parameter"), so the description's own '=' are written out."""
+    text = description or ""
+    for a, b in (("<=", "≤"), (">=", "≥"), ("!=", "≠"), (" = ", ": "), ("=", " is ")):
+        text = text.replace(a, b)
+    return text
+
+
 class Stage:
     def __init__(self, stage: str, params: dict, runner: dict):
         self.stage = stage

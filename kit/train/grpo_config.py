@@ -54,6 +54,9 @@ class GRPOKnobs(LoRAKnobs):
     max_errors: int = Field(default=10, ge=1, description="Failed tool calls before too_many_errors termination.")
     max_seq_tokens: Optional[int] = Field(default=None, ge=16, description="Rows (prompt + completion) longer "
                                           "than this are left out of the update and counted.")
+    pack_turns: bool = Field(default=True, description="Pack an episode's turns into one row where the next "
+                             "prompt extends the last (exact context; the prompt runs once, not once per turn). "
+                             "Token loss_norm only: under 'sequence' a row is one turn.")
     loss_norm: Literal["token", "sequence"] = Field(default="token", description="'token': over all generated "
                                                     "tokens of the batch (paper); 'sequence': per row, then mean.")
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping by global norm.")

@@ -28,22 +28,26 @@ from kit.train.sequences import Row, sampler_logprobs, token_logprobs, trajector
 
 def policy_rows(backend: Any, kept: list[Group], cfg: GRPOConfig, system: str, tools: list[dict] | None,
                 retokenize: bool = False) -> tuple[list[Row], dict]:
-    """One row per generated assistant turn of every kept episode, carrying its episode's advantage;
-    rows over `cfg.max_seq_tokens` are dropped and counted."""
+    """Rows of every generated assistant turn of every kept episode, carrying its episode's advantage:
+    one per turn, or (`cfg.pack_turns`) an episode's turns packed into as few rows as is exact
+    (kit.train.sequences); rows over `cfg.max_seq_tokens` are dropped and counted."""
     advs = group_advantages([g.rewards for g in kept], scope=cfg.adv_scope)
     rows, unmatched, too_long = [], 0, 0
+    pack = cfg.pack_turns and cfg.loss_norm == "token"
     for gi, (g, adv) in enumerate(zip(kept, advs)):
         for traj, a in zip(g.trajs, adv):
-            rs, u = trajectory_rows(backend, traj, system, tools, a, gi, retokenize=retokenize)
+            rs, u = trajectory_rows(backend, traj, system, tools, a, gi, retokenize=retokenize, pack=pack,
+                                    max_tokens=cfg.max_seq_tokens)
             unmatched += u
             for r in rs:
                 if cfg.max_seq_tokens and len(r.ids) > cfg.max_seq_tokens:
                     too_long += 1
                 else:
                     rows.append(r)
-    return rows, {"train/rows": len(rows), "train/unmatched_turns": unmatched, "train/too_long_rows": too_long,
+    return rows, {"train/rows": len(rows), "train/turns": sum(r.turns for r in rows),
+                  "train/unmatched_turns": unmatched, "train/too_long_rows": too_long,
                   "train/tokens": sum(sum(r.mask) for r in rows),
-                  "train/retokenized_turns": sum(r.retokenized for r in rows),
+                  "train/retokenized_turns": sum(r.turns for r in rows if r.retokenized),
                   "train/sampler_logprob_rows": sum(r.logprobs is not None for r in rows)}
 
 
@@ -86,7 +90,7 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
                 logp, mask = token_logprobs(model, mi, pad, c.temperature)
                 adv = torch.tensor([r.advantage for r in mi], dtype=logp.dtype, device=logp.device)
                 before = logp.detach() if old is None else old[b][k]
-                behaviour = sampler_logprobs(mi, before)  # a server's log-probs, where it gave them
+                behaviour = sampler_logprobs(mi, before, mask)  # a server's log-probs, where it gave them
                 loss, st = ppo_clip_loss(
                     logp, before if behaviour is None else behaviour, adv, mask, c.clip_eps, c.kl_coef,
                     None if refs is None else refs[b][k], c.loss_norm, total_tokens=max(total, 1.0))

@@ -6,6 +6,14 @@ tokenizes it) followed by the token ids the policy actually sampled for that tur
 mask 1 on the sampled ids only. Earlier assistant turns inside the prompt are context (mask 0):
 they are trained in their own row, so each generated token is counted exactly once.
 
+Packed (`pack=True`, GRPO's default): consecutive turns of one episode share one row wherever
+that is exact, i.e. where the next turn's prompt ids begin with this row's ids (the previous
+prompt, the sampled ids, then the tool result and user text follow). Every masked token then has
+exactly the context it was sampled in, and the episode's prompt is run once instead of once per
+turn (an episode of T turns costs about one long row, not T growing ones). Where the next
+prompt does not extend the row (the chat template re-renders the sampled call differently, a
+history cut, a row cap), a new row starts: never an inexact context.
+
 The sampled ids travel with the completion into the trajectory (message meta `token_ids`, see
 kit.rollout.loop), so a row is built only for an assistant message generated in this rollout by a
 backend that reports its ids (the fixed opening greeting and replayed history carry none and are
@@ -37,6 +45,7 @@ class Row:
     group: int
     logprobs: list[float] | None = None  # the sampler's log-probs of the masked tokens, where it gave them
     retokenized: bool = False  # the completion's ids are a re-tokenization (a server that gave no ids)
+    turns: int = 1  # assistant turns packed into this row (kit.train.sequences.trajectory_rows, pack=True)
 
 
 def trajectory_rows(
@@ -47,6 +56,8 @@ def trajectory_rows(
     advantage: float,
     group: int,
     retokenize: bool = False,
+    pack: bool = False,
+    max_tokens: int | None = None,
 ) -> tuple[list[Row], int]:
     """Rows for every generated assistant turn of `traj`, and how many generated turns carry no
     sampled `token_ids` (those are skipped). `backend` renders and tokenizes the prompts with the
@@ -55,7 +66,10 @@ def trajectory_rows(
     `retokenize`: a turn without ids but with its raw completion text (a server that returns no
     ids, like `transformers serve`) is re-tokenized, plus the end-of-turn token when it stopped
     by itself; such rows say so (`retokenized`) and GRPO counts them. Off by default: the ids may
-    differ from what was sampled (see the module doc)."""
+    differ from what was sampled (see the module doc).
+
+    `pack`: consecutive turns share a row where the next prompt extends it (module doc), up to
+    `max_tokens` ids per row (None: no cap; a single turn longer than the cap is still its own row)."""
     rows, missing = [], 0
     for i, m in enumerate(traj.messages):
         if m.role != "assistant" or "completion_tokens" not in m.meta:  # not sampled in this rollout
@@ -70,11 +84,22 @@ def trajectory_rows(
             missing += 1
             continue
         prompt = backend.render(agent_view(traj.messages[:i], system), tools)
-        prompt_ids = backend.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        ids, mask = assistant_token_mask([("prompt", prompt_ids), ("completion", list(sampled))])
+        prompt_ids = list(backend.tokenizer(prompt, add_special_tokens=False)["input_ids"])
         lp = m.meta.get("logprobs")
-        rows.append(Row(ids, mask, advantage, group, logprobs=list(lp) if lp and len(lp) == len(sampled) else None,
-                        retokenized=retok))
+        lp = [float(x) for x in lp] if lp and len(lp) == len(sampled) else None
+        last = rows[-1] if pack and rows else None
+        n = len(last.ids) if last is not None else 0
+        if last is not None and prompt_ids[:n] == last.ids and \
+                (max_tokens is None or len(prompt_ids) + len(sampled) <= max_tokens):
+            tail = prompt_ids[n:]
+            last.ids.extend(tail + [int(t) for t in sampled])
+            last.mask.extend([0] * len(tail) + [1] * len(sampled))
+            last.logprobs = last.logprobs + lp if last.logprobs is not None and lp is not None else None
+            last.retokenized = last.retokenized or retok
+            last.turns += 1
+            continue
+        ids, mask = assistant_token_mask([("prompt", prompt_ids), ("completion", list(sampled))])
+        rows.append(Row(ids, mask, advantage, group, logprobs=lp, retokenized=retok))
     return rows, missing
 
 
@@ -175,15 +200,18 @@ def _shared_prefix_logprobs(model: Any, rows: list[Row], pad_id: int, temperatur
     return torch.where(mask > 0, logp, torch.zeros_like(logp)), mask
 
 
-def sampler_logprobs(rows: list[Row], logp: torch.Tensor) -> torch.Tensor | None:
-    """The sampling policy's log-probs in `token_logprobs`' layout: each row's completion tokens end
-    its last columns, so a row that carries the sampler's `logprobs` gets them there; other
-    positions keep `logp` (detached). None when no row carries any (the sampler was the trainer)."""
+def sampler_logprobs(rows: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """The sampling policy's log-probs in `token_logprobs`' layout: a row that carries the sampler's
+    `logprobs` (one per masked token, in order) gets them at its masked columns (its last columns
+    when the row is one turn; spread over the tail when turns are packed); other positions keep
+    `logp` (detached). None when no row carries any (the sampler was the trainer)."""
     if not any(r.logprobs for r in rows):
         return None
     old = logp.detach().clone()
     for i, r in enumerate(rows):
         if r.logprobs:
-            n = min(len(r.logprobs), old.shape[1])
-            old[i, old.shape[1] - n :] = torch.tensor(r.logprobs[len(r.logprobs) - n :], dtype=old.dtype)
+            cols = mask[i].nonzero().squeeze(-1)
+            n = min(len(r.logprobs), len(cols))
+            old[i, cols[len(cols) - n :]] = torch.tensor(r.logprobs[len(r.logprobs) - n :], dtype=old.dtype,
+                                                        device=old.device)
     return old
