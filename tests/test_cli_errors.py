@@ -88,3 +88,25 @@ def test_a_failed_stage_knows_every_user_error_by_name_and_kit_errors_imports_no
                    if (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "kit" for a in n.names))
                    or (isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] == "kit")]
     assert kit_imports == [], f"kit/errors.py imports kit modules at lines {kit_imports}"
+
+
+def test_verify_of_a_missing_file_is_a_user_error(capsys, tmp_path):
+    """Was: a FileNotFoundError traceback and status 1."""
+    assert main(["verify", "--domain", "mock", "--input", str(tmp_path / "missing.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: no simulations file {tmp_path / 'missing.jsonl'}") and "fix: " in err
+    assert "Traceback" not in err
+
+
+def test_kit_eval_without_out_writes_a_run_folder_that_view_and_compare_read(capsys, tmp_path, monkeypatch):
+    """Was: `kit eval` wrote runs/cli/evaluate, and `kit view runs/cli` / `kit compare` refused it as
+    "no manifest.json". The embedded model plays one short mock task (the real evaluation)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "--domain", "mock", "--limit", "1", "--max-messages", "4", "--max-new-tokens", "8",
+                 "--user-max-new-tokens", "8"]) == 0
+    capsys.readouterr()
+    assert main(["view", "runs/cli"]) == 0
+    text = capsys.readouterr().out
+    assert "create_task_1" in text or "task" in text.lower()
+    assert main(["compare", "runs/cli", "runs/cli", "--out", str(tmp_path / "cmp")]) == 0
+    assert "comparison: " in capsys.readouterr().out

@@ -222,3 +222,16 @@ def test_every_stage_notebook_runs_under_papermill_on_tiny_parameters(tmp_path):
     # a second invocation finds everything complete
     again = Runner(load_recipe(p), None, tmp_path / "runs", tmp_path / "reports", stream=log).run()
     assert again.executed == [] and again.skipped == list(STAGES)
+
+
+def test_jupyterlab_opens_the_stage_notebooks_as_notebooks():
+    """Was: a double click on notebooks/*.py opened the text editor. `make setup` sets jupytext's
+    notebook view as the default viewer of Python files in the venv's JupyterLab app settings."""
+    from jupyterlab.commands import get_app_dir
+
+    app = Path(get_app_dir())
+    overrides = app / "settings" / "overrides.json"
+    assert overrides.is_file(), f"{overrides} missing: run `make setup`"
+    viewers = json.loads(overrides.read_text())["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
+    assert viewers["python"] == "Jupytext Notebook"
+    assert (app.parent / "labextensions" / "jupyterlab-jupytext").is_dir()  # the extension that provides that viewer

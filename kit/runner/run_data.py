@@ -110,6 +110,8 @@ def _stage_dir(entry: dict) -> Optional[Path]:
     nb = entry.get("executed_notebook") or entry.get("log")  # a launched stage (accelerate) has a log
     if entry.get("shared_with"):
         return Path(entry["shared_with"])
+    if entry.get("dir"):  # a stage the command line ran (kit/cli.py: runs/cli/manifest.json)
+        return Path(entry["dir"])
     return Path(nb).parent if nb else None
 
 
