@@ -13,6 +13,7 @@
   kit checker sandbox --code FILE.py            run check() sandboxed; one JSON verdict line
   kit checker mutate --domain D --task-id ID    mutation report of a task's checker
   kit run RECIPE.yaml [--run-id ID] [--set K=V]  validate a recipe, run its stage notebooks, render the report
+  kit results RUN... [--out reports/RESULTS.md]  the measured numbers of run folders as one Markdown page
   kit view RUN [--arm A] [--task T]             one episode of a run as a dialogue with its verdict (first failed)
   kit report RUN [--out DIR]                    (re)render a run's report: one self-contained HTML file
   kit compare RUN_A RUN_B ... [--out DIR]       one comparison report of finished runs (paired B − A on shared tasks)
@@ -386,6 +387,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_results(args: argparse.Namespace) -> int:
+    from kit.runner.results import results_page
+
+    text = results_page(args.runs, n_boot=args.bootstrap)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(f"results: {args.out} ({len(args.runs)} runs)")
+    else:
+        print(text, end="")
+    return 0
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from kit.runner.report import build_comparison
 
@@ -474,6 +488,11 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--title", default=None)
     co.add_argument("--bootstrap", type=int, default=2000)
     co.set_defaults(fn=_cmd_compare)
+    rs = sub.add_parser("results", help="a Markdown page of the measured numbers of run folders (for reports/RESULTS.md)")
+    rs.add_argument("runs", nargs="+", help="run folders (runs/<run-id>) or run ids")
+    rs.add_argument("--out", default=None, help="write the page here (default: print it)")
+    rs.add_argument("--bootstrap", type=_at_least_one, default=2000, help="bootstrap resamples of the intervals")
+    rs.set_defaults(fn=_cmd_results)
 
     ck = sub.add_parser("checker", help="sandboxed checkers and mutation testing")
     cks = ck.add_subparsers(dest="checker", required=True)

@@ -1,0 +1,27 @@
+"""`kit results` (kit/runner/results.py): the README's numbers come from run folders, so the page must
+hold what the run folders hold. The run folder is tests/_fake_run.py's (written by the kit's own
+writers; only the numbers are made up)."""
+
+from __future__ import annotations
+
+from _fake_run import fake_provenance_run
+
+from kit.cli import main
+from kit.runner.report import eval_table
+from kit.runner.run_data import collect
+
+
+def test_the_page_holds_each_evaluation_the_grpo_story_and_the_commit(tmp_path, capsys):
+    run = fake_provenance_run(tmp_path)
+    out = tmp_path / "RESULTS.md"
+    assert main(["results", str(run), "--out", str(out), "--bootstrap", "200"]) == 0
+    page = out.read_text()
+    data = collect(run)
+    assert page.startswith("# Results") and f"`kit results {run}`" in page
+    assert f"## {data['manifest'].get('run_id', run.name)}" in page and "commit `" in page and "tau2 " in page
+    for _, row in eval_table(data["evals"], 200, 0.95).iterrows():  # every evaluation with its pass^1
+        line = next(x for x in page.splitlines() if x.startswith(f"| {row['evaluation']} |"))
+        assert f"| {row['pass^1']:.2f} |" in line
+    for g in data["grpo"]:  # what each GRPO stage trained, in the stage's own words
+        assert g["outputs"].what_happened() in page
+    assert "Paired differences" in page and " − " in page
