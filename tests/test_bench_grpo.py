@@ -15,7 +15,7 @@ from kit.envs import load_domain
 from kit.errors import NotFound
 
 FIELDS = {"step", "rollout_s", "score_s", "update_s", "step_s", "episodes", "episodes_per_s", "rows", "tokens",
-          "skip_reason"}
+          "skip_reason", "turns"}
 
 
 @pytest.mark.slow
@@ -31,6 +31,7 @@ def test_bench_grpo_writes_each_steps_times_and_the_parts_fit_in_the_step(tmp_pa
     assert step["rollout_s"] + step["score_s"] + step["update_s"] <= step["step_s"]
     assert step["rollout_s"] > 0 and step["update_s"] > 0  # filtering off: the update ran and was timed
     assert step["episodes"] == 2 and step["rows"] > 0 and step["tokens"] > 0 and step["skip_reason"] == ""
+    assert step["turns"] >= step["rows"] and res["settings"]["pack_turns"] is True  # turns packed into rows
     assert step["episodes_per_s"] == pytest.approx(2 / step["step_s"])
     assert res["total"]["step_s"] == step["step_s"]
     printed = capsys.readouterr().out
@@ -45,7 +46,7 @@ def test_totals_sum_the_steps_and_episodes_per_second_is_over_the_step_time():
         (3.0, 1.0, 6.0, 12, 10, 300)
     assert total.episodes_per_s == 2.0 and a.episodes_per_s == 2.0
     assert b.line() == ("step 1: rollout 1.00 s, score 0.50 s, update 0.00 s, step 2.00 s; 4 episodes, "
-                        "2.00 episodes/s; 0 rows, 0 tokens trained SKIPPED: all_groups_filtered")
+                        "2.00 episodes/s; 0 turns in 0 rows, 0 tokens trained SKIPPED: all_groups_filtered")
 
 
 def test_tasks_come_from_the_split_or_a_checked_task_file(tmp_path):
