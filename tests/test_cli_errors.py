@@ -98,6 +98,7 @@ def test_verify_of_a_missing_file_is_a_user_error(capsys, tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_kit_eval_without_out_writes_a_run_folder_that_view_and_compare_read(capsys, tmp_path, monkeypatch):
     """Was: `kit eval` wrote runs/cli/evaluate, and `kit view runs/cli` / `kit compare` refused it as
     "no manifest.json". The embedded model plays one short mock task (the real evaluation)."""

@@ -46,6 +46,7 @@ def _masked_logprobs(model, rows, pad):
     return out
 
 
+@pytest.mark.slow
 def test_packed_rows_score_every_sampled_token_as_its_own_turn_row_does(episodes):
     tr, trajs = episodes
     b, pad = tr.backend, tr.tokenizer.pad_token_id
@@ -65,6 +66,7 @@ def test_packed_rows_score_every_sampled_token_as_its_own_turn_row_does(episodes
     assert packed_any, "the chat template never let one turn's row extend into the next: packing does nothing"
 
 
+@pytest.mark.slow
 def test_a_row_cap_starts_a_new_row_instead_of_dropping_the_episode(episodes):
     tr, trajs = episodes
     traj = trajs[0]
@@ -82,6 +84,7 @@ def test_sampler_logprobs_land_on_the_masked_columns_of_a_packed_row():
     assert old.tolist() == [[-1.0, 0.0, 0.0, -2.0, -3.0]]
 
 
+@pytest.mark.slow
 def test_the_update_gives_the_same_gradient_packed_or_per_turn(episodes, tokenizer):
     from accelerate import Accelerator
 
