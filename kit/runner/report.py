@@ -44,7 +44,7 @@ from kit.llm.spec import ModelSpec
 from kit.runner import paper
 from kit.runner.figures import int_ticks, new_figure, save
 from kit.runner.report_grpo import grpo_section
-from kit.runner.report_paired import paired_section
+from kit.runner.report_paired import changes_section, paired_section
 from kit.runner.run_data import Section, collect, eval_label, run_folder
 
 FAILURE_COLUMNS = ["failures_task", "failures_agent", "failures_user", "failures_undetermined"]
@@ -487,6 +487,7 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
 
     for part in (eval_section(data, out, figures, bootstrap, ci, run_dir),
                  paired_section(data, bootstrap, ci, short=lambda s: _short(s, run_dir)),
+                 changes_section(data),
                  engine_section(data, out, figures),
                  sft_section(data, out, figures, run_dir), grpo_section(data, out, figures)):
         if part is not None:
@@ -597,6 +598,7 @@ def build_comparison(run_dirs: list[str | Path], report_dir: str | Path, title: 
     common = Path(os.path.commonpath([str(Path(d).resolve()) for d in run_dirs]))
     for part in (eval_section(merged, out, figures, bootstrap, ci, common),
                  paired_section(merged, bootstrap, ci, across_runs=True, short=lambda s: _short(s, common)),
+                 changes_section(merged, across_runs=True),
                  engine_section(merged, out, figures),
                  sft_section(merged, out, figures, common), grpo_section(merged, out, figures)):
         if part is not None:

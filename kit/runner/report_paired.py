@@ -13,10 +13,18 @@ comparison of runs, only pairs across runs, A from the run named first; those of
 Pairs judged by different referees (user model, its temperature, the protocol) come last, and the
 referee column says that they differ: such a difference is the agent's and the referee's together.
 At most MAX_PAIRS rows; the section says how many more there were.
+
+    section = changes_section(data)      # what the agents did differently, for the first pairs above
+
+"What changed" (kit/eval/behaviour.py), for the first MAX_CHANGE_PAIRS pairs judged by one referee: each
+arm's behaviour read from its episodes (calls, writes, the right write tool, exact writes, grounded ids,
+its most common script and how much of the arm plays it), and the tasks whose pass rate moved, with the
+calls each arm made on them.
 """
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Callable
 from itertools import combinations
@@ -28,6 +36,7 @@ from kit.eval.paired import PairedDiff, outcomes_by_task, paired_difference
 from kit.runner.run_data import Section, eval_label
 
 MAX_PAIRS = 12
+MAX_CHANGE_PAIRS = 3
 REFERENCE_WORDS = {"base", "sft"}
 
 
@@ -126,3 +135,51 @@ def paired_section(data: dict, bootstrap: int, ci: float, across_runs: bool = Fa
     if left_out:
         sec.text(f"{left_out} more pairs not shown (the first {MAX_PAIRS} above).")
     return sec
+
+
+def _arm_episodes(ev: dict) -> tuple:
+    """(domain, {task id: Task}, trajectories, rewards) of an evaluation, as the episode browser reads them."""
+    from pathlib import Path
+
+    from kit.runner.episodes import _eval_inputs, _eval_tasks
+
+    cfg, rows, trajs = _eval_inputs(Path(ev["dir"]))
+    if not trajs:
+        return None, {}, {}, {}
+    dom, tasks = _eval_tasks(cfg)
+    rewards = {k: float(rows[k]["reward"]) for k in trajs if k in rows and rows[k].get("reward") is not None}
+    return dom, tasks, {k: t for k, t in trajs.items() if k in rewards}, rewards
+
+
+def changes_section(data: dict, across_runs: bool = False) -> Optional[Section]:
+    """What the agents of the first paired arms (same referee) did differently; None without such a pair or
+    without recorded trajectories."""
+    from kit.eval.behaviour import arm_profile, changed_tasks
+
+    pairs = [p for p in candidate_pairs(data.get("evals") or [], across_runs) if referee(p[0]) == referee(p[2])]
+    sec = Section("What changed between paired arms")
+    sec.text("Read from the episodes (kit/eval/behaviour.py), assistant calls only. <i>wrote</i>: episodes with "
+             "a write call; <i>right write tool</i>: the write tools called are the gold's; <i>exact write</i>: "
+             "every gold write made with the gold's compared arguments; <i>writes grounded</i>: every argument of "
+             "the writes appeared earlier in the dialogue (a made-up id does not); <i>script share</i>: the "
+             "fraction of episodes that play the arm's most common call sequence (near 1: one script whatever "
+             "the request). Below each pair: the tasks whose pass rate moved, with each arm's calls.")
+    shown = 0
+    for a, _, b, _ in pairs[:MAX_CHANGE_PAIRS]:
+        try:
+            dom, tasks, ta, ra = _arm_episodes(a)
+            _, tasks_b, tb, rb = _arm_episodes(b)
+        except Exception as e:  # a folder without trajectories (old run, deleted files): say so, keep the report
+            sec.text(f"{html.escape(eval_name(a))} vs {html.escape(eval_name(b))}: episodes not readable ({e})")
+            continue
+        if not ta or not tb:
+            continue
+        tasks = {**tasks_b, **tasks}
+        prof = pd.DataFrame([{"arm": f"A: {eval_name(a)}", **arm_profile(dom, tasks, ta, ra)},
+                             {"arm": f"B: {eval_name(b)}", **arm_profile(dom, tasks, tb, rb)}])
+        sec.text(f"<b>A</b> {html.escape(eval_name(a))} → <b>B</b> {html.escape(eval_name(b))}")
+        sec.table(prof)
+        moved = changed_tasks(dom, tasks, (ta, ra), (tb, rb))
+        sec.table(moved) if len(moved) else sec.text("No task's pass rate moved.")
+        shown += 1
+    return sec if shown else None
