@@ -163,7 +163,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                               split=None if args.split == "all" else args.split,
                               training_data=args.training_data or [])
     st = _stage_context("evaluate", config, args.out)
-    out, res = evaluate.run(config, st)
+    out = evaluate.run(config, st)
+    res = out.result
     st.finish(out)
     _record_cli_stage(st, args.out)
     df = res.episodes

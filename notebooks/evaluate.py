@@ -64,7 +64,8 @@ from kit.runner.stage import begin
 from kit.stages import evaluate
 
 st = begin("evaluate", globals())
-out, res = evaluate.run(st.config, st)
+out = evaluate.run(st.config, st)
+res = out.result  # episodes, pass^k and meta of this evaluation
 
 # %% [markdown]
 # ## pass^k, per task, and how episodes ended

@@ -45,8 +45,8 @@ from kit.runner.stage import begin
 from kit.stages import report
 
 st = begin("report", globals())
-out, rep = report.run(st.config, st)
-display_report(rep)
+out = report.run(st.config, st)
+display_report(out.report)
 
 # %%
 st.finish(out)

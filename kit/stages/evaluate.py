@@ -20,9 +20,9 @@ Outputs: eval.json, episodes.csv, trajectories.jsonl.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from kit import metrics as M
 from kit.eval.config import EvalConfig, EvalKnobs
@@ -58,6 +58,13 @@ class Outputs(StageOutputs):
     pass1_ci95: Optional[list] = Field(default=None, description="95% bootstrap interval of pass^1 "
                                        "(kit.eval.passk.pass1_interval: tasks, then trials, resampled).")
 
+    _result: Any = PrivateAttr(default=None)  # the kit.eval EvalResult of a run in this process (not stored)
+
+    @property
+    def result(self) -> Any:
+        """The kit.eval EvalResult (episodes as a DataFrame, pass^k, meta) when this process ran the stage."""
+        return self._result
+
     @property
     def pass1(self) -> Optional[float]:
         return self.passk.get("1")
@@ -69,8 +76,8 @@ class Outputs(StageOutputs):
         return read_json(self.files["eval"]) or {}
 
 
-def run(config: Config, st):
-    """Leak check, then the episodes; returns (Outputs, the kit.eval result with its episodes)."""
+def run(config: Config, st) -> Outputs:
+    """Leak check, then the episodes; returns the Outputs (`.result`: the kit.eval result with its episodes)."""
     from kit.eval import evaluate
     from kit.eval.leak import run_training_data
     from kit.llm.spec import ModelSpec
@@ -95,4 +102,5 @@ def run(config: Config, st):
                   user_deviation_rate=res.meta[M.USER_DEVIATION_RATE], pass1_ci95=res.meta.get(M.PASS1_CI95),
                   request_stated_rate=res.meta.get(M.REQUEST_STATED_RATE),
                   proper_end_rate=res.meta.get(M.PROPER_END_RATE), leak=res.meta.get("leak"))
-    return out, res
+    out._result = res
+    return out

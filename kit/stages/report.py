@@ -11,9 +11,9 @@ is open.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from kit.stages.base import StageConfig, StageOutputs
 
@@ -30,10 +30,16 @@ class Config(StageConfig):
 class Outputs(StageOutputs):
     html: str
     figures: int
+    _report: Any = PrivateAttr(default=None)  # the built report of a run in this process (not stored)
+
+    @property
+    def report(self) -> Any:
+        """The built kit.runner.report Report (sections, figures, data) when this process ran the stage."""
+        return self._report
 
 
-def run(config: Config, st):
-    """Build the report; returns (Outputs, the built report for display)."""
+def run(config: Config, st) -> Outputs:
+    """Build the report; returns the Outputs (`.report`: the built report, for display)."""
     from kit.runner.report import build_report
 
     rep = build_report(st.run_dir, config.report_dir or Path("reports").resolve() / st.run_id, title=config.title,
@@ -46,4 +52,6 @@ def run(config: Config, st):
         run.log({f"report/{p.stem}": wandb.Image(str(p)) for p in rep.figures})
         if "eval_table" in rep.data:
             run.log({"report/evaluations": wandb.Table(dataframe=rep.data["eval_table"].astype(str))})
-    return Outputs(files={"html": str(rep.html_path)}, html=str(rep.html_path), figures=len(rep.figures)), rep
+    out = Outputs(files={"html": str(rep.html_path)}, html=str(rep.html_path), figures=len(rep.figures))
+    out._report = rep
+    return out
