@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from kit.checkers import worker
-from kit.checkers.sandbox import SAMPLE_STATE, SAMPLE_TRAJECTORY, Sandbox, run_checker, sandbox_cli
+from kit.checkers.sandbox import SAMPLE_STATE, SAMPLE_TRAJECTORY, Sandbox, run_code, sandbox_cli
 from kit.checkers.screen import screen
 
 SENTINEL = f"/tmp/kit_sandbox_pwned_{uuid.uuid4().hex}"
@@ -227,8 +227,8 @@ def test_a_dead_worker_is_replaced(box):
     assert [v.passed for v in box.run_many([(OK, {}, [])] * 4)] == [True] * 4
 
 
-def test_run_checker_uses_a_shared_sandbox():
-    assert run_checker(OK, {}, []).passed is True
+def test_run_code_uses_a_shared_sandbox():
+    assert run_code(OK, {}, []).passed is True
 
 
 # --------------------------------------------------------------------- the OS walls, screen aside
@@ -326,5 +326,5 @@ def test_screen_accepts_ordinary_checker_code():
         "            return {'passed': n <= MAX and any('task_1' in t for t in texts), 'done': sorted(done)}\n"
     )
     assert screen(src) is None
-    v = run_checker(src, SAMPLE_STATE, SAMPLE_TRAJECTORY)
+    v = run_code(src, SAMPLE_STATE, SAMPLE_TRAJECTORY)
     assert (v.status, v.passed, v.detail) == ("ok", True, {"done": ["task_1"]})

@@ -94,9 +94,9 @@ def run_checker(domain: Domain, rec: CheckedTask, traj: Trajectory, sandbox=None
     final = domain.fork(rec.task, history=traj.messages)
     state = state_view(final, domain.gold_state(rec.task))
     if sandbox is None:
-        from kit.checkers.sandbox import run_checker
+        from kit.checkers.sandbox import run_code
 
-        cv = run_checker(rec.checker.code, state, trajectory_view(traj))
+        cv = run_code(rec.checker.code, state, trajectory_view(traj))
     else:
         cv = sandbox.run(rec.checker.code, state, trajectory_view(traj))
     out.code_status, out.code_passed = cv.status, (cv.passed if cv.status == "ok" else False)

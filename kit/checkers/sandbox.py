@@ -3,7 +3,7 @@
     with Sandbox(workers=2) as box:
         r = box.run(SOURCE, state, trajectory)          # CheckResult(status="ok", passed=True, ...)
         vs = box.run_many([(SOURCE, state, traj), ...])
-    run_checker(SOURCE, state, trajectory)               # one shared sandbox per process
+    run_code(SOURCE, state, trajectory)                   # one shared sandbox per process
     sandbox_cli("my_checker.py")                         # {"status": "ok", "passed": True, ...}
 
 A model wrote the code, so it never runs in this process (it is parsed and compiled here,
@@ -364,7 +364,7 @@ _DEFAULT_LOCK = threading.Lock()
 
 
 def default_sandbox() -> Sandbox:
-    """The process-wide sandbox behind run_checker (recreated after a fork)."""
+    """The process-wide sandbox behind run_code (recreated after a fork)."""
     global _DEFAULT
     with _DEFAULT_LOCK:
         if _DEFAULT is None or _DEFAULT._pid not in (None, os.getpid()):
@@ -373,8 +373,9 @@ def default_sandbox() -> Sandbox:
         return _DEFAULT.start()
 
 
-def run_checker(source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> CheckResult:
-    """Run one checker in the process-wide sandbox."""
+def run_code(source: str, state: Any, trajectory: Any, timeout: Optional[float] = None) -> CheckResult:
+    """Run one checker's source in the process-wide sandbox (kit.checkers.checker.run_checker: a task's
+    whole checker, criteria then this code)."""
     return default_sandbox().run(source, state, trajectory, timeout=timeout)
 
 
@@ -416,7 +417,7 @@ def sandbox_cli(code_path: str) -> dict:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         return {"status": "error", "reason": f"cannot read {code_path}: {type(e).__name__}: {e}"[:REASON_CAP]}
     try:
-        return run_checker(source, SAMPLE_STATE, SAMPLE_TRAJECTORY).to_dict()
+        return run_code(source, SAMPLE_STATE, SAMPLE_TRAJECTORY).to_dict()
     except Exception as e:  # noqa: BLE001 - the sandbox itself failed (e.g. cannot fork)
         return {"status": "error", "reason": f"sandbox failure: {type(e).__name__}: {e}"[:REASON_CAP]}
 
