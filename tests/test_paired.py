@@ -212,3 +212,30 @@ def test_kit_compare_pairs_the_same_evaluation_across_runs(tmp_path, capsys):
     assert f"paired: {want.summary_line()}" in capsys.readouterr().out
     rep = build_comparison([before], tmp_path / "cmp1", bootstrap=50)  # one run: nothing across runs
     assert rep.data["paired"] == []
+
+
+def test_slices_pair_within_each_phrasing_and_shape(tmp_path):
+    """The by-slice rows are paired_difference on the tasks of each phrasing / shape that eval.json's
+    episodes carry; a one-task slice is left out."""
+    import json
+
+    from kit.runner.report_paired import slice_rows
+
+    a = {t: [float(i % 3 == 0)] for i, t in enumerate(TASKS)}
+    b = {t: [1.0] for t in TASKS}
+    run = fake_eval_run(tmp_path, "slices", [("eval_sft", "SFT agent", a, "u"), ("eval_rl", "RL", b, "u")])
+    phrasing = {t: ("free_form" if i < 6 else "template") for i, t in enumerate(TASKS)}
+    shape = {t: ("create" if i < 9 else "update") for i, t in enumerate(TASKS)}  # 'update' has one task: left out
+    for sid in ("eval_sft", "eval_rl"):
+        path = run / sid / "eval.json"
+        ev = json.loads(path.read_text())
+        for r in ev["episodes"]:
+            r["phrasing"], r["shape"] = phrasing[r["task_id"]], shape[r["task_id"]]
+        path.write_text(json.dumps(ev))
+    table = slice_rows(collect(run)["evals"], n_boot=200)
+    assert list(table["slice"]) == ["phrasing: free_form", "phrasing: template", "shape: create"]
+    for _, row in table.iterrows():
+        key, v = row["slice"].split(": ")
+        tasks = [t for t in TASKS if (phrasing if key == "phrasing" else shape)[t] == v]
+        want = paired_difference({t: a[t] for t in tasks}, {t: b[t] for t in tasks}, n_boot=200).to_row()
+        assert row["tasks"] == len(tasks) and row["Δ (B−A)"] == want["Δ (B−A)"] and row["p"] == want["p"]

@@ -37,6 +37,8 @@ from kit.runner.run_data import Section, eval_label
 
 MAX_PAIRS = 12
 MAX_CHANGE_PAIRS = 3
+MAX_SLICE_PAIRS = 3
+SLICE_KEYS = ("phrasing", "shape")
 REFERENCE_WORDS = {"base", "sft"}
 
 
@@ -134,7 +136,51 @@ def paired_section(data: dict, bootstrap: int, ci: float, across_runs: bool = Fa
     sec.table(table)
     if left_out:
         sec.text(f"{left_out} more pairs not shown (the first {MAX_PAIRS} above).")
+    slices = slice_rows(data.get("evals") or [], bootstrap, ci, across_runs)
+    if len(slices):
+        sec.text("The same comparison within each phrasing (template: the kit's wordings; free_form: written "
+                 "in tau2's style; tau2: tau2's own tasks) and each task shape, for the first "
+                 f"{MAX_SLICE_PAIRS} pairs judged by one referee: a gain confined to one wording shows here.")
+        sec.table(slices)
     return sec
+
+
+def _labels_by_task(ev: dict) -> dict[str, dict]:
+    """{task id: {"phrasing": ..., "shape": ...}} from an evaluation's episode rows (None where absent)."""
+    eps = ev.get("episodes")
+    if eps is None:
+        return {}
+    out: dict[str, dict] = {}
+    for r in (eps.to_dict(orient="records") if isinstance(eps, pd.DataFrame) else eps):
+        out.setdefault(str(r["task_id"]), {k: r[k] if isinstance(r.get(k), str) and r[k] else None
+                                           for k in SLICE_KEYS})  # NaN / missing: no label
+    return out
+
+
+def slice_rows(evals: list[dict], n_boot: int = 2000, ci: float = 0.95, across_runs: bool = False) -> pd.DataFrame:
+    """Paired B − A within each phrasing and shape (the labels eval.json's episodes carry) for the first
+    MAX_SLICE_PAIRS same-referee pairs; one row per (pair, slice) with at least 2 shared tasks."""
+    rows = []
+    pairs = [p for p in candidate_pairs(evals, across_runs) if referee(p[0]) == referee(p[2])]
+    for a, oa, b, ob in pairs[:MAX_SLICE_PAIRS]:
+        labels = {**_labels_by_task(b), **_labels_by_task(a)}
+        shared = set(oa) & set(ob)
+        for key in SLICE_KEYS:
+            values = sorted({str(labels[t][key]) for t in shared if t in labels and labels[t].get(key)})
+            if len(values) < 2 and key == "shape":
+                continue  # one shape: the slice is the whole pair, already above
+            for v in values:
+                tasks = [t for t in shared if t in labels and str(labels[t].get(key)) == v]
+                if len(tasks) < 2:
+                    continue
+                res = paired_difference({t: oa[t] for t in tasks}, {t: ob[t] for t in tasks}, eval_name(a),
+                                        eval_name(b), ci=ci, n_boot=n_boot)
+                row = res.to_row()
+                rows.append({"A": row["A"], "B": row["B"], "slice": f"{key}: {v}", "tasks": row["tasks"],
+                             "pass^1 A": row["pass^1 A"], "pass^1 B": row["pass^1 B"], "Δ (B−A)": row["Δ (B−A)"],
+                             f"{int(ci * 100)}% CI": row[f"{int(ci * 100)}% CI"], "p": row["p"],
+                             "B wins / A wins / ties": row["B wins / A wins / ties"]})
+    return pd.DataFrame(rows)
 
 
 def _arm_episodes(ev: dict) -> tuple:
