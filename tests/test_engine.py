@@ -359,3 +359,37 @@ def test_engine_through_an_openai_endpoint_runs_units_concurrently(tmp_path):
     assert len(props) == 2 and all(p["decisions"] for p in props)  # the endpoint model made the decisions
     assert audit_run(cfg.out_dir)["problems"] == []
     assert len(read_jsonl(Path(cfg.out_dir) / "trajectories.jsonl")) == res.accepted
+
+
+def test_reflector_switches_keep_every_pattern_covered():
+    """rl-cpu's round 0 (2026-12-02): six plans on six patterns; the reflector switched three of them to
+    update_task_status>create_task (accepted best) and lost the only update-only plan. With the coverage
+    guard a plan that yielded something keeps its pattern while it is the only one holding it, and a
+    plan that yielded nothing may move, doubling one pattern at most."""
+    mock = load_domain("mock")
+    slices = [("change", ["update_task_status"]), ("multi_change", ["create_task", "update_task_status"]),
+              ("multi_change", ["update_task_status", "create_task"]), ("change", ["create_task"]),
+              ("lookup_change", ["get_users", "create_task"]), ("lookup", ["get_users"])]
+    plans = [PlanPair(id=f"plan{i}", slice=Slice(it, t, "p", "e"), synthesis="s", evaluation="e")
+             for i, (it, t) in enumerate(slices)]
+    accepted = [2, 2, 4, 4, 4, 0]
+    stats = [{"proposals": 4, "accepted": a, "rejections": Counter({"held_out": 4 - a} if a else {"llm_judge": 4}),
+              "failures": Counter()} for a in accepted]
+    pattern_stats = {">".join(t): (a, 4) for (_, t), a in zip(slices, accepted)}
+    coverage = Counter(">".join(t) for _, t in slices)
+    for plan, st in zip(plans[:2], stats[:2]):
+        # without the guard: switch to the best-accepted patterns, the collapse seen in the run
+        assert "switch:update_task_status>create_task" in _edits(mock, plan, st, pattern_stats)
+        assert not any(e.startswith("switch") for e in _edits(mock, plan, st, pattern_stats, coverage))
+    barren = _edits(mock, plans[5], stats[5], pattern_stats, coverage)
+    assert "switch:update_task_status>create_task" in barren  # 0 of 4 accepted: it may double a pattern
+    crowded = coverage + Counter({"update_task_status>create_task": 1}) - Counter({"create_task": 1})  # still 6 plans
+    assert "switch:update_task_status>create_task" not in _edits(mock, plans[5], stats[5], pattern_stats, crowded)
+    # a duplicate may move to a pattern nobody holds
+    dup = Counter(coverage)
+    dup["update_task_status"] -= 1
+    dup["update_task_status>create_task"] += 1
+    moved = PlanPair(id="plan0", slice=Slice("multi_change", ["update_task_status", "create_task"], "p", "e"),
+                     synthesis="s", evaluation="e")
+    edits = _edits(mock, moved, stats[0], {**pattern_stats, "update_task_status": (0, 0)}, dup)
+    assert [e for e in edits if e.startswith("switch")] == ["switch:update_task_status"]

@@ -15,12 +15,23 @@ choice), then rewrites the plan prose with that edit:
                         reflection adjusts the prompts (e.g. "state every id exactly")
 
 Every decision lands in the plan's `history`, and plans/round_<k>.json keeps each round.
+
+Coverage: a switch (or harder) may move a plan only to a pattern the next round's plans hold
+fewer than their fair share of (plans / patterns, rounded up), and only away from a pattern
+another plan still holds; a plan that failed outright (0 of its proposals accepted) may leave its
+pattern and take one share over. Without this guard, evolution
+collapsed the task mix: in rl-cpu (2026-12-02) round 1 switched 3 of 6 plans to the one pattern
+that round 0 accepted best (update_task_status then create_task), dropped the only update-only
+plan, and the agent trained on that data answered 75% of held-out requests with one of two
+scripts and solved no update-only task.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
+from typing import Optional
 
 from kit.engine.choice import Chooser
 from kit.engine.plans import PERSONAS, PlanPair, Slice, tool_patterns
@@ -36,27 +47,39 @@ HINTS = {
 }
 
 
-def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict) -> list[str]:
+def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict,
+           coverage: Optional[Counter] = None) -> list[str]:
+    """The edits the evidence allows. `coverage`: tool pattern -> plans holding it in the next round so
+    far (this plan included); None = no coverage guard (module docstring)."""
     sl = plan.slice
     rejections: Counter = stats["rejections"]
     failures: Counter = stats["failures"]
+    current = ">".join(sl.tools)
+    if coverage is None:
+        room = lambda key: True  # noqa: E731
+        can_leave = True
+    else:
+        share = max(1, math.ceil(sum(coverage.values()) / max(len(tool_patterns(domain)), 1)))
+        barren = stats["proposals"] > 0 and stats["accepted"] == 0  # a plan that yields nothing may double up
+        room = lambda key: coverage.get(key, 0) < share + (1 if barren else 0)  # noqa: E731
+        can_leave = coverage.get(current, 0) > 1 or barren
     edits = ["keep"]
     if sl.intent == "multi_change" and (stats["accepted"] < stats["proposals"] or failures):
         edits.append("simplify")
     # harder only on evidence that agents solve these tasks (rollouts ran, none failed); without
     # rollouts a fully accepted plan says the tasks are valid, not that they are easy
-    if sl.intent == "change" and stats["accepted"] == stats["proposals"] and stats.get("episodes") and not failures:
+    if sl.intent == "change" and stats["accepted"] == stats["proposals"] and stats.get("episodes") and not failures \
+            and can_leave and room(">".join(_apply(domain, plan, "harder").tools)):
         edits.append("harder")
-    if stats["accepted"] < stats["proposals"]:
+    if stats["accepted"] < stats["proposals"] and can_leave:
         # switch only to patterns the round's evidence favours (a higher acceptance rate in
-        # another plan) or that nobody tried yet (at most two of those)
-        current = ">".join(sl.tools)
+        # another plan) or that nobody tried yet (at most two of those), and that have room
         own = stats["accepted"] / max(stats["proposals"], 1)
         untried = 0
         for intent, tools in tool_patterns(domain):
             key = ">".join(tools)
             acc, n = pattern_stats.get(key, (0, 0))
-            if key == current:
+            if key == current or not room(key):
                 continue
             if n and acc / n > own:
                 edits.append("switch:" + key)
@@ -96,10 +119,11 @@ def reflect(domain: Domain, plans: list[PlanPair], stats_by_plan: dict[str, dict
     pattern_stats = pattern_stats or {}
     evidence = "; ".join(f"{k}: {a}/{n} accepted" for k, (a, n) in sorted(pattern_stats.items())) or "none"
     out = []
+    coverage = Counter(">".join(p.slice.tools) for p in plans)
     for plan in plans:
         st = stats_by_plan.get(plan.id) or {"proposals": 0, "accepted": 0, "rejections": Counter(),
                                              "failures": Counter()}
-        edits = _edits(domain, plan, st, pattern_stats)
+        edits = _edits(domain, plan, st, pattern_stats, coverage)
         msgs = prompts.render(
             "reflector", domain=domain.name, synthesis=plan.synthesis, slice=plan.slice.describe(),
             proposals=st["proposals"], accepted=st["accepted"],
@@ -109,6 +133,8 @@ def reflect(domain: Domain, plans: list[PlanPair], stats_by_plan: dict[str, dict
         edit = edits[chooser.choose(msgs, edits, what=f"reflect {plan.id}")]
         new = PlanPair(id=plan.id, slice=_apply(domain, plan, edit), synthesis=plan.synthesis,
                        evaluation=plan.evaluation, hints=list(plan.hints), history=list(plan.history))
+        coverage[">".join(plan.slice.tools)] -= 1
+        coverage[">".join(new.slice.tools)] += 1
         if edit.startswith("hint:"):
             new.hints.append(edit.split(":", 1)[1])
         if edit != "keep" and not edit.startswith("hint:"):
