@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from kit.bench.engines import TransformersGenerateBatch, reference_backend
 from kit.bench.rollout import ARMS, ArmResult, bench_arms, report_lines
 from kit.envs import load_domain
 from kit.errors import BadInput
@@ -31,8 +32,9 @@ def backend():
 def test_transformers_engines_run_episodes_with_the_kits_rendering_and_token_ids(backend, engine):
     """hf-generate / hf-generate-batch: transformers' generation behind the same Backend; the
     completions carry the sampled ids, counted as the kit's path counts them."""
-    ref = backend.with_engine(engine)
+    ref = reference_backend(backend, engine)
     assert (ref.engine, ref.tool_mode, ref.model) == (engine, backend.tool_mode, backend.model)
+    assert ref.prefix_cache is None and not ref.fast_decode and not ref.caps.stats
     dom = load_domain("mock")
     params = SamplingParams(temperature=1.0, max_new_tokens=8)
     cfg = RolloutConfig(max_messages=4, seed=0, agent_params=params, user_params=params)
@@ -46,13 +48,23 @@ def test_transformers_engines_run_episodes_with_the_kits_rendering_and_token_ids
         ids = m.meta["token_ids"]
         assert 0 < len(ids) == m.meta["completion_tokens"] <= 8
         assert m.meta["prompt_tokens"] > 100  # the rendered system prompt and policy
-    if engine == "generate":
-        assert ref.prefix_cache is None and not ref.fast_decode
 
 
-def test_unknown_engine_is_refused(backend):
-    with pytest.raises(ValueError, match="engine must be one of kit, generate, generate_batch"):
-        backend.with_engine("vllm")
+def test_unknown_engine_or_backend_is_refused(backend):
+    with pytest.raises(ValueError, match="engine must be one of generate, generate_batch"):
+        reference_backend(backend, "vllm")
+    with pytest.raises(ValueError, match="needs an hf backend"):
+        reference_backend(object(), "generate")
+    with pytest.raises(ValueError, match="needs an hf backend"):
+        bench_arms(object(), ["hf-generate"])
+
+
+def test_the_production_backend_has_no_reference_engine(backend):
+    """HFBackend is the production sampler only: transformers' engines are the benchmark's."""
+    from kit.llm.hf import HFBackend
+
+    assert not any(hasattr(HFBackend, name) for name in ("with_engine", "engine", "_transformers_generate_batch"))
+    assert backend.caps.stats
 
 
 @pytest.mark.slow
@@ -69,12 +81,10 @@ def test_bench_reports_one_line_per_arm_on_the_same_episodes(backend):
 
 
 def test_a_failing_arm_is_reported_with_its_error_and_the_others_go_on(backend, monkeypatch):
-    from kit.llm.hf import HFBackend
-
-    def refuse(self, prompts, params, gen):
+    def refuse(self, prompts, params):
         raise RuntimeError("no paged attention here")
 
-    monkeypatch.setattr(HFBackend, "_transformers_generate_batch", refuse)
+    monkeypatch.setattr(TransformersGenerateBatch, "_generate", refuse)
     results = bench_arms(backend, ["hf-generate-batch"], group=2, max_messages=2, max_new_tokens=4, log=None)
     assert report_lines(results) == ["hf-generate-batch: failed: RuntimeError: no paged attention here"]
     ok = ArmResult("kit", 100, 2.0)

@@ -69,6 +69,21 @@ def test_kit_state_hash_equals_tau2_hash_after_the_same_calls():
     assert env.agent_db_hash() != dom.fork().agent_db_hash()
 
 
+def test_an_episode_offers_its_databases_and_a_write_shows_there_only():
+    """EpisodeEnv.agent_db / user_db / dbs(): what callers read, on the real mock domain."""
+    dom = load_domain("mock")
+    env, other = dom.fork(), dom.fork()
+    before = set(env.agent_db.tasks)
+    obs = env.call_tool("create_task", {"user_id": "user_1", "title": "Buy milk"})
+    assert not obs.error, obs.content
+    (new_id,) = set(env.agent_db.tasks) - before
+    assert env.agent_db.tasks[new_id].title == "Buy milk"
+    assert new_id in env.agent_db.users["user_1"].tasks
+    assert set(other.agent_db.tasks) == before and set(dom.pristine_db("agent").tasks) == before  # forks isolated
+    assert env.user_db is None and env.dbs() == [("agent", env.agent_db)]  # mock's user has no tools
+    assert {(c.side, c.table) for c in env.diff()} == {("agent", "tasks"), ("agent", "users")}
+
+
 def test_telecom_user_device_tools_change_the_user_side():
     dom = load_domain("telecom")
     task = dom.tasks()[0]
@@ -77,7 +92,9 @@ def test_telecom_user_device_tools_change_the_user_side():
     obs = env.call_tool("toggle_airplane_mode", {}, requestor="user")
     assert not obs.error, obs.content
     assert env.user_db_hash() != before
-    assert any(c.side == "user" for c in env.diff())
+    changed = [c for c in env.diff() if c.side == "user"]
+    assert changed and [side for side, _ in env.dbs()] == ["agent", "user"]
+    assert all(c.table in type(env.user_db).model_fields for c in changed)  # the user side's database
     # the agent cannot call the user's tools
     obs = env.call_tool("toggle_airplane_mode", {}, requestor="assistant")
     assert obs.error and obs.error_kind == "unknown_tool"

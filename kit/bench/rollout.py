@@ -7,12 +7,12 @@ Arms (`ARMS`), all on the same model, task, group, seeds, sampling and limits, i
   hf-generate        transformers' batched `model.generate`, one left-padded call per turn of the group
   hf-generate-batch  transformers' continuous batching `model.generate_batch`, one call per turn
 
-The transformers arms are HFBackend's reference engines (HFBackend(engine=...), `with_engine`): the
-same chat template rendering and tool-call parsing, completions with the same token ids and counts;
-only the generation call differs. Each arm gets one short untimed warm-up (weights packed, kernels
-for each batch shape chosen, templates compiled, managers made), then the repeats alternate the
-arms (the order rotating each repeat) and each timed run starts with an empty prefix cache
-(Backend.clear_cache). The number is aggregate generated tokens per second (agent + user
+The transformers arms are the benchmark's reference engines (kit/bench/engines.py, on the kit
+backend's model): the same chat template rendering and tool-call parsing, completions with the same
+token ids and counts; only the generation call differs. Each arm gets one short untimed warm-up
+(weights packed, kernels for each batch shape chosen, templates compiled, managers made), then the
+repeats alternate the arms (the order rotating each repeat) and each timed run starts with an empty
+prefix cache (Backend.clear_cache). The number is aggregate generated tokens per second (agent + user
 completions / wall time), each arm's fastest repeat (as `timeit` reports the minimum: slower repeats
 measure whatever else the machine was doing; a shared 2-core VM varies by 10-30% from minute to
 minute). Backends that account for their generation time (the kit engine's `stats`,
@@ -34,7 +34,7 @@ from kit.llm.types import SamplingParams
 from kit.rollout.loop import RolloutConfig, run_episodes
 
 ARMS = ("kit", "kit-sequential", "hf-generate", "hf-generate-batch")
-ENGINE = {"hf-generate": "generate", "hf-generate-batch": "generate_batch"}  # arm -> HFBackend engine
+ENGINE = {"hf-generate": "generate", "hf-generate-batch": "generate_batch"}  # arm -> kit.bench.engines engine
 
 
 @dataclass
@@ -117,16 +117,16 @@ def _profile(backend, before) -> str:
 
 
 def _backends(backend, arms: Sequence[str]) -> dict:
-    """The backend each arm runs on: `backend` for the kit's arms, a sibling on the same model with
-    transformers' engine for the others (HFBackend.with_engine)."""
+    """The backend each arm runs on: `backend` for the kit's arms, a reference backend on the same model
+    with transformers' engine for the others (kit.bench.engines.reference_backend)."""
     out = {}
     for arm in arms:
         if arm not in ENGINE:
             out[arm] = backend
-        elif not hasattr(backend, "with_engine"):
-            raise ValueError(f"arm {arm} needs an hf backend (HFBackend.with_engine), not {type(backend).__name__}")
         else:
-            out[arm] = backend.with_engine(ENGINE[arm])
+            from kit.bench.engines import reference_backend  # imports torch: only for a transformers arm
+
+            out[arm] = reference_backend(backend, ENGINE[arm])
     return out
 
 
@@ -177,8 +177,7 @@ def bench_arms(backend, arms: Sequence[str] = ARMS, domain: str = "mock", task_i
                 continue
             b = backends[arm]
             b.clear_cache()  # start cold: no prompt states from the warm-up or another arm
-            kit_stats = getattr(b, "engine", "kit") == "kit" and b.caps.stats
-            before = copy.copy(b.stats) if kit_stats else None
+            before = copy.copy(b.stats) if b.caps.stats else None
             t0 = time.perf_counter()
             trajs = attempt(arm, lambda arm=arm, b=b: _run(arm, b, dom, task, group, max_messages, params, seed))
             if trajs is None:

@@ -48,10 +48,7 @@ class CheckedTask(BaseModel):
 
 def _touched(env: EpisodeEnv) -> set[tuple[str, str, Any]]:
     keys = set()
-    for side, db in (("agent", getattr(env.env.tools, "db", None)),
-                     ("user", getattr(env.env.user_tools, "db", None) if env.env.user_tools else None)):
-        if db is None:
-            continue
+    for side, db in env.dbs():
         for name, value in db.__dict__.items():
             if isinstance(value, CowTable):
                 keys.update((side, name, k) for k in value.touched)
@@ -62,10 +59,7 @@ def state_view(final: EpisodeEnv, gold: Optional[EpisodeEnv] = None) -> dict:
     """The JSON view a code checker sees (see the module docstring)."""
     view: dict[str, Any] = {"agent": {}, "user": {}, "changed": []}
     keys = _touched(final) | (_touched(gold) if gold is not None else set())
-    for side, db in (("agent", getattr(final.env.tools, "db", None)),
-                     ("user", getattr(final.env.user_tools, "db", None) if final.env.user_tools else None)):
-        if db is None:
-            continue
+    for side, db in final.dbs():
         for name, value in db.__dict__.items():
             if isinstance(value, CowTable):
                 view[side][name] = {k: dump_record(dict.get(value, k)) for (s, t, k) in keys

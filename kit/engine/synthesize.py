@@ -205,10 +205,7 @@ class Pool:
 def seed_pool(domain: Domain, rng: random.Random, per_table: int = 4, start: Optional[Task] = None) -> Pool:
     """Record keys of every table (a sample), as ids a customer could give (in the `start` world)."""
     pool = Pool()
-    env = domain.fork(start)
-    db = getattr(env.env.tools, "db", None)
-    if db is None:
-        return pool
+    db = domain.fork(start).agent_db
     for tname in type(db).model_fields:
         table = getattr(db, tname, None)
         if not hasattr(table, "keys"):
@@ -531,8 +528,7 @@ class Synthesizer:
         their own id until the agent asks."""
         actions = "; ".join(c.render() for c in gold)
         needed = request.values()
-        env = self.domain.fork(self.start)
-        db = env.env.tools.db.model_dump(mode="json")
+        db = self.domain.fork(self.start).agent_db.model_dump(mode="json")
         known_text = json.dumps(db, default=str) + " " + request.text()
         bank = scenario_text(request, seed="scenario", labels=record_labels(db),
                              ask_for_id=plan.slice.edge.startswith("facts_on_request"))

@@ -6,6 +6,7 @@
     env = dom.fork(task)                    # initial state, init data, init actions, history
     obs = env.call_tool("get_user_details", {"user_id": "mia_li_3668"})
     env.diff()                              # records changed so far, old -> new
+    env.agent_db                            # the episode's database (user_db: the user side's)
 
 Domains come from tau2's registry (mock, airline, retail, telecom), from `register_domain`,
 or from a module named by its dotted path (your own; see docs/adding_a_domain.md):
@@ -202,8 +203,12 @@ class Domain:
         return self.tool_kind(name, requestor) != ToolType.READ.value
 
     # -- state --------------------------------------------------------------------------
+    def pristine_db(self, side: str) -> Any:
+        """The loaded (never changed) database of `side`, "agent" or "user" (None: no user database)."""
+        return self.pristine_agent_db if side == "agent" else self.pristine_user_db
+
     def pristine_record(self, side: str, table: str, key: Any) -> Any:
-        db = self.pristine_agent_db if side == "agent" else self.pristine_user_db
+        db = self.pristine_db(side)
         value = db.__dict__.get(table)
         if key is None or key == "":
             return canonical_obj(value)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kit.envs.domain import Domain
 
 Requestor = Literal["assistant", "user"]
+Side = Literal["agent", "user"]
 
 
 @dataclass
@@ -81,10 +82,36 @@ class ReplayError(ValueError):
 
 @dataclass
 class EpisodeEnv:
+    """One episode's state and tools (made by `Domain.fork`).
+
+    Its databases are `agent_db` and `user_db` (or `dbs()`, both with their side): read them there,
+    not through the tau2 environment inside (`env`), and change them through tool calls.
+    """
+
     domain: "Domain"
     env: Any  # a tau2 Environment whose databases are forks of the domain's pristine ones
     guard: WriteGuard
     errors: list[Observation] = field(default_factory=list)
+
+    # -- databases ----------------------------------------------------------------------
+    @property
+    def agent_db(self) -> BaseModel:
+        """The database the assistant's tools read and write in this episode: the domain's pydantic
+        DB, forked (its tables copy-on-write, kit/envs/cow.py). Every domain has one."""
+        return self.env.tools.db
+
+    @property
+    def user_db(self) -> Optional[BaseModel]:
+        """The database the user's tools read and write (telecom's phone, say); None where the
+        domain's user has no tools or they keep no database."""
+        user_tools = self.env.user_tools
+        return user_tools.db if user_tools is not None else None
+
+    def dbs(self) -> list[tuple[Side, BaseModel]]:
+        """Each database of the episode with its side: ("agent", agent_db), then ("user", user_db)
+        where there is one."""
+        user = self.user_db
+        return [("agent", self.agent_db)] + ([("user", user)] if user is not None else [])
 
     # -- tools --------------------------------------------------------------------------
     def execute(self, name: str, arguments: dict, requestor: Requestor = "assistant") -> Observation:
@@ -222,19 +249,13 @@ class EpisodeEnv:
         self.env.sync_tools()
 
     # -- state --------------------------------------------------------------------------
-    def _dbs(self):
-        yield "agent", self.domain.pristine_agent_db, getattr(self.env.tools, "db", None)
-        if self.env.user_tools is not None:
-            yield "user", self.domain.pristine_user_db, getattr(self.env.user_tools, "db", None)
-
     def diff(self, other: Optional["EpisodeEnv"] = None) -> list[RecordChange]:
         """Records that differ from the pristine domain state (or from `other`'s state)."""
         if other is None:
             return [
                 RecordChange(side, table, key, old, new)
-                for side, base, db in self._dbs()
-                if db is not None
-                for table, key, old, new in db_changes(base, db)
+                for side, db in self.dbs()
+                for table, key, old, new in db_changes(self.domain.pristine_db(side), db)
             ]
         mine = {(c.side, c.table, _key(c.key)): c.new for c in self.diff()}
         theirs = {(c.side, c.table, _key(c.key)): c.new for c in other.diff()}

@@ -26,7 +26,7 @@ def airline_no_cancel_after_flown(domain: "Domain", task) -> Optional[str]:
     own; the flight's status on the segment's date (flights table) says whether it has left.
     tau2's own airline tasks 9 and 37 cancel NQNU5R, whose two segments have landed: the rule
     is checked on synthesized tasks only (the engine's validator), never on tau2's."""
-    db = domain.fork(task).env.tools.db
+    db = domain.fork(task).agent_db
     for a in task.evaluation_criteria.actions or []:
         if a.name != "cancel_reservation":
             continue

@@ -25,16 +25,10 @@ kit.llm.fast.generate.Sampler, so its seeded samples are not `model.generate`'s)
 
 Stored states are dropped when the weights change (see `invalidate`).
 
-Reference engines (`engine=`, for `kit bench rollout`'s side-by-side arms; the same rendering,
-sampling settings, seeds and tool-call parsing, only the generation call differs):
-
-* "generate": one left-padded `model.generate` call per chunk of rows, nothing cached between calls.
-* "generate_batch": transformers' continuous batching, `model.generate_batch` (paged KV cache, its
-  own prefix sharing). Its manager is kept across calls (`persistent_manager=True`), so blocks of
-  earlier turns' prompts can be reused, and its cache is sized for the calls' rows (by default it
-  would take 60% of the host's memory on CPU, zeroed at every call). Stop strings only cut the
-  text (continuous batching has no stop-string criterion), the rows run to an end-of-turn id or
-  `max_new_tokens`.
+transformers' own generation as it comes (one left-padded `model.generate` call per chunk, and
+continuous batching `model.generate_batch`) is not a path of this backend: those are the reference
+arms `kit bench rollout` measures it against, kit/bench/engines.py (subclasses that replace
+`_generate`, the one generation call).
 
 Simplified on purpose: no streaming, no per-conversation tools (a group shares its task's
 tools), and stop strings end a row only at token boundaries; the text is cut at the stop string.
@@ -63,11 +57,6 @@ from kit.llm.types import (
 )
 
 
-ENGINES = ("kit", "generate", "generate_batch")
-"""HFBackend's generation implementations: the kit's (fast path), transformers' batched `generate`,
-transformers' continuous batching `generate_batch`."""
-
-
 class HFBackend(Backend):
     """A causal LM + tokenizer from transformers.
 
@@ -93,10 +82,6 @@ class HFBackend(Backend):
         shared_prefix_attention: fast path: when all rows of a batch share a prompt prefix (the
             system prompt of a group), decode steps attend it once for all rows
             (kit.llm.fast.shared_prefix_attention); False attends it per row.
-        engine: "kit" (the fast path where it applies, else `model.generate` over the prefix cache);
-            "generate" or "generate_batch": transformers' own batched `generate` or continuous
-            batching `generate_batch`, as they come (see the module doc), the references the fast
-            path is measured against.
 
     Trainers that update the weights through `param.data` (which bumps no version counter) must call
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
@@ -121,7 +106,6 @@ class HFBackend(Backend):
         prefill_chunk: int = 256,
         pack_weights: bool | str = "auto",
         shared_prefix_attention: bool = True,
-        engine: str = "kit",
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -162,14 +146,8 @@ class HFBackend(Backend):
             if prefix_cache_min_tokens and prefix_cache_size
             else None
         )
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-        self.engine = engine
-        self._cb: tuple[Any, int, Any] | None = None  # generate_batch: (settings, blocks, config) of its manager
-        if engine != "kit":  # transformers' engines as they come: no kit cache, no fast path
-            self.prefix_cache = None
         self.prefill_chunk = prefill_chunk
-        self.fast_decode = fast_decode and engine == "kit" and supports_model(model)
+        self.fast_decode = fast_decode and supports_model(model)
         self.stats = GenStats()  # where generation time went (fast path)
         if pack_weights not in (True, False, "auto"):
             raise ValueError(f"pack_weights must be True, False or 'auto', not {pack_weights!r}")
@@ -189,12 +167,6 @@ class HFBackend(Backend):
         tags = {tokenizer.convert_tokens_to_ids(t) for t in (OPEN, CLOSE)} - {None, tokenizer.unk_token_id}
         self.skip_ids = set(tokenizer.all_special_ids) - tags
 
-    def with_engine(self, engine: str) -> HFBackend:
-        """Another backend on the same model, tokenizer and settings, generating with `engine`."""
-        return HFBackend(model=self.model, tokenizer=self.tokenizer, tool_mode=self.tool_mode,
-                         max_batch_size=self.max_batch_size, prefill_chunk=self.prefill_chunk,
-                         shared_prefix_attention=self.shared_prefix_attention, engine=engine)
-
     def invalidate(self) -> None:
         """Forget cached prefix KV states: call after changing the weights behind the backend's back."""
         self.clear_cache()
@@ -205,9 +177,6 @@ class HFBackend(Backend):
         """Forget cached prefix KV states (the packed weights stay: they are still valid)."""
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
-        if self._cb is not None:  # generate_batch: its manager holds the cached blocks
-            self._cb = None
-            self.model.destroy_cached_continuous_batching_manager()
 
     def close(self) -> None:
         self.clear_cache()
@@ -264,9 +233,7 @@ class HFBackend(Backend):
         if was_training:  # a trainer holds the model: weights may have moved since the last call
             self.invalidate()
         self.model.eval()
-        # generate_batch runs the model in a thread of its own, on tensors made in this one: inference
-        # tensors would be refused there (it turns off gradients itself)
-        grad_off = torch.no_grad() if self.engine == "generate_batch" else torch.inference_mode()
+        grad_off = self._grad_off()
         try:
             with torch.random.fork_rng(devices=devices, enabled=params.seed is not None), grad_off:
                 if params.seed is not None:
@@ -280,24 +247,35 @@ class HFBackend(Backend):
             self.model.train(was_training)
         return results
 
+    def _grad_off(self) -> Any:
+        """The autograd mode generation runs under (inference mode: no version counters either)."""
+        import torch
+
+        return torch.inference_mode()
+
     def _generate(self, prompts: list[str], params: SamplingParams) -> list[Completion]:
+        """One chunk of rows (at most `max_batch_size`): the fast path where it applies, else
+        `model.generate` from the prefix cache's shared prefix, else one left-padded `model.generate`."""
         from kit.llm.fast import effective_config, plain_sampling
 
         gen = self._generation_config(params)
-        if self.engine == "generate_batch":
-            return self._transformers_generate_batch(prompts, params, gen)
         if self.fast_decode:
             effective = effective_config(self.model, gen)
             if plain_sampling(effective):
                 return self._generate_fast(prompts, params, effective)
         extra = {"tokenizer": self.tokenizer} if params.stop else {}
-        if self.prefix_cache is not None:  # engine "kit" without the fast path ("generate": no cache)
+        if self.prefix_cache is not None:
             rows = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
             # every row keeps at least one token of its own: generate needs a new input to start from
             shared = min(common_prefix_len(rows), min(len(r) for r in rows) - 1)
             kv = self.prefix_cache.lookup(self.model, rows[0][:shared]) if shared > 0 else None
             if kv is not None:
                 return self._generate_from_prefix(rows, shared, kv, gen, extra, params)
+        return self._generate_padded(prompts, params, gen)
+
+    def _generate_padded(self, prompts: list[str], params: SamplingParams, gen: Any) -> list[Completion]:
+        """One `model.generate` call over the rows left-padded to one width, nothing cached."""
+        extra = {"tokenizer": self.tokenizer} if params.stop else {}
         enc = self.tokenizer(
             prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
         ).to(self.device)
@@ -327,38 +305,6 @@ class HFBackend(Backend):
                 split_attention=self.shared_prefix_attention,
             )
         return [self._completion(ids, len(row), params.stop) for ids, row in zip(new_tokens, rows)]
-
-    def _transformers_generate_batch(self, prompts: list[str], params: SamplingParams, gen: Any) -> list[Completion]:
-        """transformers' continuous batching (`model.generate_batch`), its manager kept between calls."""
-        from transformers import ContinuousBatchingConfig
-
-        from kit.llm.fast import effective_config
-
-        rows = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
-        # the settings model.generate would resolve (its default top_k included): the same distribution
-        gen = effective_config(self.model, gen) or gen
-        gen.stop_strings = None  # not supported there: a stop string only cuts the text (_completion)
-        settings = (gen.do_sample, gen.temperature, gen.top_p, gen.top_k, tuple(sorted(self.eos_ids)))
-        page = ContinuousBatchingConfig.page_size
-        need = sum(-(-(len(r) + params.max_new_tokens) // page) + 1 for r in rows)  # blocks these rows take
-        if self._cb is None or self._cb[0] != settings or self._cb[1] < need:
-            self.clear_cache()  # a manager keeps the settings it was made with
-            blocks = max(2 * need, 64)  # room for the blocks kept for prefix sharing too
-            # seed: a new manager reseeds torch's generator (randomly when None): with the call's seed, the
-            # draws are the ones generate_batch's fork_rng set up
-            self._cb = (settings, blocks, ContinuousBatchingConfig(num_blocks=blocks, seed=params.seed,
-                                                                    max_requests_per_batch=self.max_batch_size))
-        with _quiet_persistent_manager_warning():
-            out = self.model.generate_batch(rows, generation_config=gen, continuous_batching_config=self._cb[2],
-                                            max_new_tokens=params.max_new_tokens, persistent_manager=True,
-                                            warmup=False)
-        results = list(out.values())
-        failed = [r.error for r in results if r.error is not None]
-        if len(results) != len(rows) or failed:
-            self.clear_cache()
-            raise RuntimeError(f"transformers generate_batch returned {len(results)} of {len(rows)} requests"
-                               + (f"; errors: {failed[:3]}" if failed else " (see its log above)"))
-        return [self._completion(list(r.generated_tokens), len(row), params.stop) for r, row in zip(results, rows)]
 
     def _stop_strings(self, stop: list[str]) -> Any:
         """transformers' StopStringCriteria for `stop` (built once per set: it scans the vocabulary)."""
@@ -442,21 +388,3 @@ class HFBackend(Backend):
             token_ids=list(sampled),
         )
 
-
-@contextlib.contextmanager
-def _quiet_persistent_manager_warning():
-    """generate_batch warns at every call that a kept manager was sized for its first requests: here
-    the backend sizes it (and makes a new one when a call needs more)."""
-    import logging
-
-    class _Drop(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            return "persistent_manager=True" not in record.getMessage()
-
-    log = logging.getLogger("ContinuousBatchingLogger")
-    drop = _Drop()
-    log.addFilter(drop)
-    try:
-        yield
-    finally:
-        log.removeFilter(drop)

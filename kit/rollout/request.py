@@ -179,10 +179,7 @@ def _leaves(obj: Any, out: set[str]) -> set[str]:
 
 
 def _db_text(env) -> str:
-    db = getattr(env.env.tools, "db", None)
-    if db is None:
-        return ""
-    return json.dumps(db.model_dump(mode="json") if hasattr(db, "model_dump") else db, default=str)
+    return json.dumps(env.agent_db.model_dump(mode="json"), default=str)
 
 
 def task_request(domain, task, actions: list | None = None, looked_up: tuple[str, ...] = ()) -> Request:
