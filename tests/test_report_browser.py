@@ -41,7 +41,7 @@ def test_report_opens_in_headless_chromium_without_errors(tmp_path, arms):
                     "it when it runs as root")
     from _fake_run import fake_run
 
-    from kit.runner.report import build_report
+    from kit.report.build import build_report
 
     rep = build_report(fake_run(tmp_path, arms=arms), tmp_path / "reports" / "r", bootstrap=200)
     url = rep.html_path.resolve().as_uri()

@@ -5,7 +5,7 @@ report (one self-contained HTML fragment) and in the terminal (`kit view`).
     html = render_fragment(payload)                   # <section> + <script type="application/json"> + vanilla JS
     print(format_episode(payload["groups"][0]["episodes"][0], payload))   # the same layout, as text
 
-The data: kit/runner/episodes.py (what an episode shows, where each part comes from, the cap).
+The data: kit/report/episodes.py (what an episode shows, where each part comes from, the cap).
 
 Model text is data: it travels as JSON in a <script type="application/json"> block ('<', '>' and '&'
 escaped), and the page builds the DOM with textContent only, so nothing a model wrote becomes markup.
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Optional
 
 from kit.errors import UnknownName
-from kit.runner.run_data import Section, collect, run_folder
-from kit.runner.episodes import CAP, browser_data, engine_groups, episode_status, eval_group, sample_keys
+from kit.report.run_data import Section, collect, run_folder
+from kit.report.episodes import CAP, browser_data, engine_groups, episode_status, eval_group, sample_keys
 
 
 # ----- HTML --------------------------------------------------------------------------------------
@@ -327,7 +327,7 @@ def render_fragment(payload: dict) -> str:
 
 
 def episode_section(data: dict, cap: Optional[int] = CAP):
-    """The report's 'Episodes' section (kit.runner.report.build_report); the payload goes to data['browser']."""
+    """The report's 'Episodes' section (kit.report.build.build_report); the payload goes to data['browser']."""
     sec = Section("Episodes")
     try:
         payload = browser_data(data, cap)
