@@ -7,6 +7,6 @@ stages wrote. It never runs a stage; kit.runner (orchestration) does, and import
 
 Read in this order: run_data.py (a run folder read back: `collect`, `Section`), build.py (the HTML report
 and `kit compare`; the stage notebooks' fig_* figures), grpo.py and paired.py (its GRPO and paired
-comparison sections), figures.py (figure helpers), episodes.py (the episodes as data) and browser.py
-(the episode browser: page and terminal), paper.py (the paper's numbers), results.py.
+comparison sections), figures.py (figure helpers), episodes.py (the episodes as data) and browser.py with
+browser.js (the episode browser: page and terminal), paper.py (the paper's numbers), results.py.
 """
