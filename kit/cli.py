@@ -206,7 +206,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
 
 
 def _cmd_view(args: argparse.Namespace) -> int:
-    from kit.runner.browser import view
+    from kit.report.browser import view
 
     print(view(args.run, arm=args.arm, task=args.task, status=args.status))  # a bad name: UserError, exit 2
     return 0
@@ -378,7 +378,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from kit.runner.report import build_report, run_folder
+    from kit.report.build import build_report, run_folder
 
     run = run_folder(args.run)
     rep = build_report(run, args.out or Path("reports") / run.name, title=args.title, bootstrap=args.bootstrap)
@@ -389,7 +389,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
-    from kit.runner.results import results_page
+    from kit.report.results import results_page
 
     text = results_page(args.runs, n_boot=args.bootstrap)
     if args.out:
@@ -402,7 +402,7 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from kit.runner.report import build_comparison
+    from kit.report.build import build_comparison
 
     rep = build_comparison(args.runs, args.out, title=args.title, bootstrap=args.bootstrap)
     for diff in rep.data.get("paired") or []:  # evaluations of different runs on the same tasks: B − A

@@ -95,7 +95,7 @@ fingerprint = None  # the runner's hash of this stage's inputs (written to stage
 import pandas as pd
 from IPython.display import Image, display
 
-from kit.runner.report_grpo import fig_grpo
+from kit.report.grpo import fig_grpo
 from kit.runner.stage import begin
 from kit.stages import grpo
 

@@ -40,7 +40,7 @@ wandb_group = None  # W&B group: the run id
 fingerprint = None  # the runner's hash of this stage's inputs (written to stage.json)
 
 # %%
-from kit.runner.report import display_report
+from kit.report.build import display_report
 from kit.runner.stage import begin
 from kit.stages import report
 

@@ -70,7 +70,7 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import Image, display
 
-from kit.runner.report import fig_sft
+from kit.report.build import fig_sft
 from kit.runner.stage import begin
 from kit.stages import sft
 

@@ -66,7 +66,7 @@ fingerprint = None  # the runner's hash of this stage's inputs (written to stage
 import pandas as pd
 from IPython.display import Image, display
 
-from kit.runner.report import fig_engine
+from kit.report.build import fig_engine
 from kit.runner.stage import begin
 from kit.stages import synthesize
 

@@ -90,8 +90,8 @@ def test_report_section_reads_each_arms_episodes(tmp_path, dom):
     with real trajectories: A plays one script (get_users, then claims success), B replays the gold."""
     from _fake_run import fake_eval_run
 
-    from kit.runner.report_paired import changes_section
-    from kit.runner.run_data import collect
+    from kit.report.paired import changes_section
+    from kit.report.run_data import collect
 
     heldout = {t.id: t for t in dom.tasks("heldout")}
     ids = [f"heldout-{i:03d}" for i in range(6)]
@@ -117,8 +117,8 @@ def test_report_section_reads_each_arms_episodes(tmp_path, dom):
 def test_report_section_is_absent_without_trajectories(tmp_path):
     from _fake_run import fake_eval_run
 
-    from kit.runner.report_paired import changes_section
-    from kit.runner.run_data import collect
+    from kit.report.paired import changes_section
+    from kit.report.run_data import collect
 
     run = fake_eval_run(tmp_path, "none", [("a", "SFT", {"heldout-000": [1.0]}, "u"), ("b", "RL", {"heldout-000": [0.0]}, "u")])
     assert changes_section(collect(run)) is None

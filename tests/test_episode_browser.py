@@ -1,4 +1,4 @@
-"""The episode browser (kit/runner/episodes.py, browser.py): extraction from records the kit's own writers wrote, the
+"""The episode browser (kit/report/episodes.py, browser.py): extraction from records the kit's own writers wrote, the
 terminal view (`kit view`), model text that never becomes markup, and the page in headless Chromium.
 
 The fast run (`scripted_run`) is real records without a model: two evaluations written by
@@ -120,8 +120,8 @@ def scripted_run(tmp_path_factory):
 
 
 def _payload(run, cap=40):
-    from kit.runner.episodes import browser_data
-    from kit.runner.report import collect
+    from kit.report.episodes import browser_data
+    from kit.report.build import collect
 
     return browser_data(collect(run), cap=cap)
 
@@ -228,8 +228,8 @@ def test_engine_rounds_and_proposals(scripted_run):
 
 
 def test_model_text_never_becomes_markup():
-    from kit.runner.browser import _json_script, render_fragment
-    from kit.runner.episodes import messages_view
+    from kit.report.browser import _json_script, render_fragment
+    from kit.report.episodes import messages_view
     from kit.trajectory import Message, Trajectory
 
     evil = "</script><img src=x onerror=alert(1)><!-- & \u2028"
@@ -317,7 +317,7 @@ def test_report_browser_filters_to_failed_episodes_in_headless_chromium(scripted
     binary = chromium()
     if binary is None:
         pytest.skip("no Chromium found (apt-get install -y chromium, or set KIT_CHROMIUM)")
-    from kit.runner.report import build_report
+    from kit.report.build import build_report
 
     run, ids = scripted_run
     rep = build_report(run, tmp_path / "report", bootstrap=100)
@@ -359,9 +359,9 @@ def test_a_real_tiny_runs_report_browses_its_failed_episodes_in_chromium(tmp_pat
     if binary is None:
         pytest.skip("no Chromium found (apt-get install -y chromium, or set KIT_CHROMIUM)")
     from kit.runner import load_recipe
-    from kit.runner.episodes import browser_data
+    from kit.report.episodes import browser_data
     from kit.runner.execute import Runner
-    from kit.runner.report import collect
+    from kit.report.build import collect
 
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text(TINY)

@@ -209,7 +209,7 @@ def test_evaluate_reports_protocol_columns_and_meta(mock, tmp_path):
 def test_report_shows_the_protocol_columns():
     import pandas as pd
 
-    from kit.runner.report import eval_table
+    from kit.report.build import eval_table
 
     eps = pd.DataFrame([{"task_id": t, "trial": 0, "reward": r} for t, r in (("a", 1.0), ("b", 0.0))])
     meta = {"domain": "mock", "tasks": 2, "trials": 1, "user_deviation_rate": 0.5, "request_stated_rate": 0.25,
@@ -236,7 +236,7 @@ def test_pass1_is_broken_down_by_shape_and_phrasing_in_eval_json_and_the_report(
     from kit.data import task_meta
     from kit.files import write_json
     from kit.rollout import ScriptedAgent, ScriptedUser
-    from kit.runner.report import build_report
+    from kit.report.build import build_report
     from kit.stages import outputs_class
 
     held = mock.tasks("heldout")
@@ -281,7 +281,7 @@ def test_pass1_is_broken_down_by_shape_and_phrasing_in_eval_json_and_the_report(
 def test_the_breakdown_reads_older_eval_json_from_its_episode_rows_or_shows_nothing():
     import pandas as pd
 
-    from kit.runner.report import breakdown_table
+    from kit.report.build import breakdown_table
 
     eps = pd.DataFrame([{"task_id": t, "trial": k, "reward": r, "shape": s, "phrasing": ph}
                         for t, s, ph, rs in (("a", "create", "free_form", [1.0, 0.0]), ("b", "create", "template",

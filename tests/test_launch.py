@@ -185,6 +185,6 @@ def test_sft_agent_under_accelerate_launch_with_two_cpu_processes_matches_a_note
     assert set(info) - {"log", "launch", "world_size"} == set(ninfo) - {"executed_notebook"}
     assert set(info["summary"]) == set(ninfo["summary"]) and info["params"] == ninfo["params"]
     # the report reads both
-    from kit.runner.report import collect
+    from kit.report.build import collect
 
     assert [s["key"] for s in collect(res.run_dir)["sft"]] == ["sft_agent"]

@@ -79,7 +79,7 @@ def test_manifest_describes_a_folder_and_an_endpoint(tmp_path):
 
 
 def test_report_writes_the_run_folder_as_run(tmp_path):
-    from kit.runner.report import _short
+    from kit.report.build import _short
 
     run = tmp_path / "runs" / "r1"
     assert _short(f"hf:{run}/sft_agent/model", run) == "hf:<run>/sft_agent/model"

@@ -21,9 +21,9 @@ from kit.eval.paired import (
     sign_flip_p,
 )
 from kit.files import read_json
-from kit.runner.report import build_comparison, build_report
-from kit.runner.report_paired import MAX_PAIRS, paired_section
-from kit.runner.run_data import collect
+from kit.report.build import build_comparison, build_report
+from kit.report.paired import MAX_PAIRS, paired_section
+from kit.report.run_data import collect
 
 Z_975, Z_80 = 1.959963984540054, 0.8416212335729143  # standard normal quantiles (tables)
 
@@ -219,7 +219,7 @@ def test_slices_pair_within_each_phrasing_and_shape(tmp_path):
     episodes carry; a one-task slice is left out."""
     import json
 
-    from kit.runner.report_paired import slice_rows
+    from kit.report.paired import slice_rows
 
     a = {t: [float(i % 3 == 0)] for i, t in enumerate(TASKS)}
     b = {t: [1.0] for t in TASKS}

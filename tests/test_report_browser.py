@@ -41,7 +41,7 @@ def test_report_opens_in_headless_chromium_without_errors(tmp_path, arms):
                     "it when it runs as root")
     from _fake_run import fake_run
 
-    from kit.runner.report import build_report
+    from kit.report.build import build_report
 
     rep = build_report(fake_run(tmp_path, arms=arms), tmp_path / "reports" / "r", bootstrap=200)
     url = rep.html_path.resolve().as_uri()
@@ -67,3 +67,34 @@ def test_report_opens_in_headless_chromium_without_errors(tmp_path, arms):
     r = browse(binary, url, tmp_path / "chromium-profile", "--window-size=1200,2400", f"--screenshot={shot}")
     assert r.returncode == 0 and shot.exists() and shot.stat().st_size > 20_000, r.stderr[-2000:]
     print(f"screenshot: {shot}")
+
+
+def test_the_browser_script_is_a_real_js_file_that_node_parses():
+    """kit/report/browser.js is the episode browser's script as a file of its own: Node parses it."""
+    from kit.report.browser import SCRIPT_FILE
+
+    assert SCRIPT_FILE.is_file(), SCRIPT_FILE
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no Node.js found (apt-get install -y nodejs): `node --check` cannot parse kit/report/browser.js")
+    r = subprocess.run([node, "--check", str(SCRIPT_FILE)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_the_browser_script_ships_as_package_data_and_the_page_inlines_it(tmp_path):
+    import tomllib
+
+    from _fake_run import fake_run
+
+    from kit.report.browser import SCRIPT_FILE, script
+    from kit.report.build import build_report
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["kit"]
+    shipped = {p.resolve() for pattern in patterns for p in (root / "kit").glob(pattern)}
+    assert SCRIPT_FILE.resolve() in shipped, f"pyproject.toml's package-data does not ship {SCRIPT_FILE}"
+
+    rep = build_report(fake_run(tmp_path, arms=False), tmp_path / "reports" / "r", bootstrap=100)
+    page = rep.html_path.read_text(encoding="utf-8")
+    assert f"<script>{script()}</script>" in page
+    assert 'root.setAttribute("data-eb-ready", "true")' in page  # the script's last line, not a stub

@@ -11,9 +11,9 @@ import re
 import pytest
 from _fake_run import fake_provenance_run, fake_run
 
-from kit.runner.report import build_report
-from kit.runner.report_grpo import grpo_row, probe_rows, rate_histogram
-from kit.runner.run_data import agent_provenance, collect, eval_label
+from kit.report.build import build_report
+from kit.report.grpo import grpo_row, probe_rows, rate_histogram
+from kit.report.run_data import agent_provenance, collect, eval_label
 from kit.train.grpo_config import GRPOConfig
 from kit.train.grpo_curve import LearningCurve
 

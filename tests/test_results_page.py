@@ -1,4 +1,4 @@
-"""`kit results` (kit/runner/results.py): the README's numbers come from run folders, so the page must
+"""`kit results` (kit/report/results.py): the README's numbers come from run folders, so the page must
 hold what the run folders hold. The run folder is tests/_fake_run.py's (written by the kit's own
 writers; only the numbers are made up)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from _fake_run import fake_provenance_run
 
 from kit.cli import main
-from kit.runner.report import eval_table
-from kit.runner.run_data import collect
+from kit.report.build import eval_table
+from kit.report.run_data import collect
 
 
 def test_the_page_holds_each_evaluation_the_grpo_story_and_the_commit(tmp_path, capsys):

@@ -446,7 +446,7 @@ def test_arms_share_identical_stages_and_the_report_runs_once(tmp_path):
 def test_bootstrap_interval_brackets_pass1():
     import pandas as pd
 
-    from kit.runner.report import bootstrap_pass1
+    from kit.report.build import bootstrap_pass1
 
     all_ok = pd.DataFrame({"task_id": ["a", "a", "b", "b"], "reward": [1.0] * 4})
     assert bootstrap_pass1(all_ok, 200) == (1.0, 1.0, 1.0)
@@ -462,7 +462,7 @@ def test_the_notebook_view_of_a_report_shows_every_section_and_points_to_the_epi
     import IPython.display
     from _fake_run import fake_run
 
-    from kit.runner.report import build_report, display_report
+    from kit.report.build import build_report, display_report
 
     rep = build_report(fake_run(tmp_path), tmp_path / "reports" / "fake", bootstrap=200)
     shown = []
@@ -477,7 +477,7 @@ def test_the_notebook_view_of_a_report_shows_every_section_and_points_to_the_epi
 def test_report_has_every_section_figure_warning_and_the_papers_numbers(tmp_path):
     from _fake_run import fake_run
 
-    from kit.runner.report import build_report
+    from kit.report.build import build_report
 
     run = fake_run(tmp_path)
     rep = build_report(run, tmp_path / "reports" / "fake", bootstrap=200)
@@ -496,7 +496,7 @@ def test_report_has_every_section_figure_warning_and_the_papers_numbers(tmp_path
 def test_ablation_report_compares_arms_with_intervals_and_the_paper(tmp_path):
     from _fake_run import fake_run
 
-    from kit.runner.report import build_report
+    from kit.report.build import build_report
 
     rep = build_report(fake_run(tmp_path, arms=True), tmp_path / "reports" / "ab", bootstrap=200)
     df = rep.data["ablation"]
@@ -511,7 +511,7 @@ def test_ablation_report_compares_arms_with_intervals_and_the_paper(tmp_path):
 
 
 def test_report_of_an_empty_run_folder_still_renders(tmp_path):
-    from kit.runner.report import build_report
+    from kit.report.build import build_report
 
     rep = build_report(tmp_path / "runs" / "nothing", tmp_path / "reports" / "nothing")
     assert rep.html_path.exists() and "<h2>Manifest</h2>" in rep.html_path.read_text()

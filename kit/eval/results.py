@@ -5,7 +5,7 @@
     tasks = load_tasks_file("tasks.jsonl")          # tau2 Tasks; a bad entry names its position and field
 
 Shared by the kit's runner (kit/eval/runner.py), the tau2-native path (kit/eval/tau2_native.py)
-and the report's episode browser (kit/runner/episodes.py).
+and the report's episode browser (kit/report/episodes.py).
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
-"""Notebook-driven runs: recipes (YAML) → stage notebooks (papermill) → runs/<run-id>/ → reports/<run-id>/.
+"""Orchestration of a run: recipes (YAML) → stage notebooks (papermill) → runs/<run-id>/. Presentation
+(the report, the episode browser, reading a run folder back) is kit.report; nothing here imports it.
 
     kit run recipes/quickstart-cpu.yaml          # validate the whole recipe, then run it (resumable)
 
 Read in this order: stages.py (how stages are wired; each stage's Config and logic live in
-kit/stages/), recipe.py (a recipe's schema,
-validation, expansion of ablation arms), execute.py (papermill, skip/resume, failures),
-launch.py (a training stage under accelerate launch), manifest.py (what a run records), stage.py (what a notebook calls), report.py (the HTML report),
-paper.py (the paper's numbers).
+kit/stages/), recipe.py (a recipe's schema, validation, expansion of ablation arms), execute.py
+(papermill, skip/resume, failures), launch.py (a training stage under accelerate launch), memory.py
+(the GPU memory estimate of `kit run --validate`), manifest.py (what a run records), codehash.py (the
+code part of a stage's fingerprint), stage.py (what a notebook calls).
 """
 
 from kit.runner.recipe import Recipe, RecipeError, load_recipe, parse_override

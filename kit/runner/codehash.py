@@ -27,6 +27,7 @@ KIT_DIR = Path(__file__).resolve().parents[1]
 DATA_FILES = {
     "kit.engine.prompts": ["engine/templates"],
     "kit.envs.domain": ["data"],
+    "kit.report.browser": ["report/browser.js"],
 }
 
 

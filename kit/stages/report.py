@@ -1,7 +1,7 @@
 """Stage `report`: the run's report, reports/<run-id>/index.html with its figures (PNG, beside it).
 
 Reads what the run's stages wrote (runs/<run-id>/manifest.json, each stage's stage.json and outputs)
-and renders (kit.runner.report.build_report): engine yield per round with failure categories, SFT
+and renders (kit.report.build.build_report): engine yield per round with failure categories, SFT
 loss curves, GRPO reward and filtered-fraction curves, pass^k per evaluation with its interval next
 to the paper's numbers, the users' request-stated and deviation rates, an ablation's per-arm
 comparison, every warning a stage raised, and the run manifest. Figures also go to W&B when a run
@@ -34,13 +34,13 @@ class Outputs(StageOutputs):
 
     @property
     def report(self) -> Any:
-        """The built kit.runner.report Report (sections, figures, data) when this process ran the stage."""
+        """The built kit.report.build Report (sections, figures, data) when this process ran the stage."""
         return self._report
 
 
 def run(config: Config, st) -> Outputs:
     """Build the report; returns the Outputs (`.report`: the built report, for display)."""
-    from kit.runner.report import build_report
+    from kit.report.build import build_report
 
     rep = build_report(st.run_dir, config.report_dir or Path("reports").resolve() / st.run_id, title=config.title,
                        ci=config.ci, bootstrap=config.bootstrap)

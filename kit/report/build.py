@@ -8,19 +8,19 @@ Read from the files the stages wrote (manifest.json, each stage's stage.json and
   - engine yield per round with rejection reasons and failure categories (synthesize/rounds.csv)
   - SFT loss curves (<sft stage>/model/loss_curve.json), and where the SFT data came from
   - GRPO: what each stage trained, reward and filtering per step, where the time went, the learning
-    curve and the curriculum's probes (kit/runner/report_grpo.py)
-  - pass^k per evaluation, the agent as it was trained (kit.runner.run_data.agent_provenance: an
+    curve and the curriculum's probes (kit/report/grpo.py)
+  - pass^k per evaluation, the agent as it was trained (kit.report.run_data.agent_provenance: an
     arm whose GRPO never updated its weights is labelled so in every table), a bootstrap 95%
     interval on pass^1 over tasks and trials (and the evaluation's own interval over tasks,
     `pass1_ci95`), the user deviation rate, how often the user's first message stated the request
     and how often episodes ended by a stop (`request_stated_rate`, `proper_end_rate`), the
     train/test overlap (kit/eval/leak.py), and the paper's numbers for the same domain beside ours
-    (kit/runner/paper.py)
+    (kit/report/paper.py)
   - pass^1 of every evaluation by task shape and by phrasing (template / free_form / tau2: kit.data.task_labels),
     and the agent's and the user's sampling temperature beside every number
   - for an ablation: pass^1 per arm with its interval, next to the paper's ablation numbers
   - paired comparisons of evaluations scored on the same tasks: B − A with a paired bootstrap
-    interval, a sign-flip p-value and the minimum detectable difference (kit/runner/report_paired.py)
+    interval, a sign-flip p-value and the minimum detectable difference (kit/report/paired.py)
   - every warning a stage raised (e.g. a fallback to gold SFT data), the stages, the manifest.
 Figures are matplotlib PNGs (no W&B needed to read the report).
 """
@@ -41,11 +41,11 @@ import pandas as pd
 from kit import metrics as M
 from kit.files import write_json
 from kit.llm.spec import ModelSpec
-from kit.runner import paper
-from kit.runner.figures import int_ticks, new_figure, save
-from kit.runner.report_grpo import grpo_section
-from kit.runner.report_paired import changes_section, paired_section
-from kit.runner.run_data import Section, collect, eval_label, run_folder
+from kit.report import paper
+from kit.report.figures import int_ticks, new_figure, save
+from kit.report.grpo import grpo_section
+from kit.report.paired import changes_section, paired_section
+from kit.report.run_data import Section, collect, eval_label, run_folder
 
 FAILURE_COLUMNS = ["failures_task", "failures_agent", "failures_user", "failures_undetermined"]
 
@@ -493,8 +493,8 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
         if part is not None:
             sections.append(part)
 
-    # -- episodes: every evaluation's and engine round's dialogues, with verdicts (kit/runner/browser.py)
-    from kit.runner.browser import episode_section
+    # -- episodes: every evaluation's and engine round's dialogues, with verdicts (kit/report/browser.py)
+    from kit.report.browser import episode_section
 
     sections.append(episode_section(data))
 

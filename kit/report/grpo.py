@@ -1,7 +1,7 @@
 """The report's GRPO section: what each grpo stage trained, reward and dynamic filtering per step,
 where the time went, the learning curve and the curriculum's probes.
 
-    section = grpo_section(data, out, figures)     # data: kit.runner.run_data.collect(run)
+    section = grpo_section(data, out, figures)     # data: kit.report.run_data.collect(run)
     grpo_row(data["grpo"][0])                      # one stage's line of the table
 
 Read from the files the stage wrote (kit/stages/grpo.py): stage.json (its Outputs: trained steps,
@@ -19,8 +19,8 @@ from typing import Optional
 import pandas as pd
 
 from kit import metrics as M
-from kit.runner.figures import int_ticks, new_figure, save
-from kit.runner.run_data import Section
+from kit.report.figures import int_ticks, new_figure, save
+from kit.report.run_data import Section
 
 
 def fig_grpo(runs: list[dict], path: Path) -> Path:

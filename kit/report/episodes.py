@@ -1,5 +1,5 @@
 """The episodes a report shows, as JSON-able dicts: every evaluation arm's and every engine
-round's episodes, and the engine's proposals (kit/runner/browser.py renders them).
+round's episodes, and the engine's proposals (kit/report/browser.py renders them).
 
     payload = browser_data(collect(run_dir))          # groups of episodes, engine proposals
 
@@ -34,7 +34,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
-from kit.runner.run_data import eval_label
+from kit.report.run_data import eval_label
 
 
 CAP = 40  # episodes per evaluation and per engine round
@@ -185,7 +185,7 @@ def eval_episode(dom, task, traj, row: Optional[dict], texts: dict, group: str) 
 
 
 def eval_group(ev: dict, texts: dict, cap: Optional[int] = CAP, pick=None) -> dict:
-    """One evaluation (an entry of kit.runner.report.collect's 'evals') as a browser group. `pick(keys, rows)`:
+    """One evaluation (an entry of kit.report.run_data.collect's 'evals') as a browser group. `pick(keys, rows)`:
     the (task, trial) pairs to build, from those with a trajectory and eval.json's rows (default: the capped sample)."""
     d = Path(ev["dir"])
     gid = f"eval:{ev['key']}"
@@ -323,7 +323,7 @@ def proposal_view(p: dict, checked: dict, ecfg: dict) -> dict:
 
 
 def browser_data(data: dict, cap: Optional[int] = CAP, proposal_cap: Optional[int] = PROPOSAL_CAP) -> dict:
-    """Everything the browser shows, from kit.runner.report.collect(run_dir)'s output."""
+    """Everything the browser shows, from kit.report.run_data.collect(run_dir)'s output."""
     texts: dict[str, str] = {}
     groups, proposals, problems = [], [], []
     for ev in data.get("evals") or []:

@@ -33,7 +33,7 @@ from typing import Optional
 import pandas as pd
 
 from kit.eval.paired import PairedDiff, outcomes_by_task, paired_difference
-from kit.runner.run_data import Section, eval_label
+from kit.report.run_data import Section, eval_label
 
 MAX_PAIRS = 12
 MAX_CHANGE_PAIRS = 3
@@ -43,7 +43,7 @@ REFERENCE_WORDS = {"base", "sft"}
 
 
 def eval_name(ev: dict) -> str:
-    """The evaluation as the report names it: its label (kit.runner.run_data.eval_label: flagged when its
+    """The evaluation as the report names it: its label (kit.report.run_data.eval_label: flagged when its
     agent was never trained), after its arm when the label does not say it."""
     label = eval_label(ev)
     arm = ev.get("arm")
@@ -187,7 +187,7 @@ def _arm_episodes(ev: dict) -> tuple:
     """(domain, {task id: Task}, trajectories, rewards) of an evaluation, as the episode browser reads them."""
     from pathlib import Path
 
-    from kit.runner.episodes import _eval_inputs, _eval_tasks
+    from kit.report.episodes import _eval_inputs, _eval_tasks
 
     cfg, rows, trajs = _eval_inputs(Path(ev["dir"]))
     if not trajs:
