@@ -53,6 +53,9 @@ def test_probe_sets_aside_tasks_always_or_never_solved_and_steps_draw_from_the_b
     assert step_calls and all(set(d) <= band | set(probes[1]["band"]) for d in step_calls)
     assert history[0]["curriculum/band_size"] == len(band) and "curriculum/band_size" not in history[1]
     assert history[0]["curriculum/always"] == first["always"]
+    # each step's metrics name the groups it rolled out: the tasks the step drew, G rewards each
+    for m, d in zip(history, step_calls):
+        assert [g["task"] for g in m["groups"]] == list(dict.fromkeys(d)) and all(len(g["rewards"]) == 4 for g in m["groups"])
     # the band's state round-trips (what a resumed run restores)
     state = tr.curriculum.state_dict()
     tr.curriculum.load_state_dict({})

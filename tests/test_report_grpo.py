@@ -138,3 +138,25 @@ def test_the_best_point_of_the_learning_curve_is_the_earliest_highest():
     assert [p["best"] for p in points] == [True, True, False]  # a tie does not replace the earlier point
     assert curve.best["step"] == 2 and points[1]["pass1"] == 0.5
     assert points[1]["ci95"][0] <= 0.5 <= points[1]["ci95"][1] and points[1]["per_task"] == {"a": 1.0, "b": 0.0}
+
+
+def test_task_rows_follow_each_drawn_task_over_its_draws():
+    """The report's per-task table of a GRPO stage, from metrics.jsonl's `groups` lines by hand."""
+    import pandas as pd
+
+    from kit.report.grpo import task_rows
+
+    h = pd.DataFrame([
+        {"step": 0, "groups": [{"task": "a", "rewards": [0.0, 0.0, 1.0, 0.0], "kept": True}]},
+        {"step": 1, "groups": [{"task": "b", "rewards": [0.0] * 4, "kept": False},
+                               {"task": "a", "rewards": [1.0, 0.0, 1.0, 0.0], "kept": True}]},
+        {"step": 2, "groups": [{"task": "a", "rewards": [1.0, 1.0, 1.0, 0.0], "kept": True}]},
+        {"step": 3, "groups": [{"task": "a", "rewards": [1.0, 1.0, 1.0, 1.0], "kept": False}]},
+    ])
+    rows = task_rows({"history": h, "probes": [{"rates": {"a": 0.25, "b": 0.5}}]})
+    assert list(rows["task"]) == ["a", "b"] and list(rows["draws"]) == [4, 1]
+    a = rows.iloc[0]
+    assert a["step: solved/G"] == "0: 1/4, 1: 2/4, 2: 3/4, [3: 4/4]" and a["probe rate"] == 0.25
+    assert a["first half"] == 0.375 and a["second half"] == 0.875
+    assert rows.iloc[1]["step: solved/G"] == "[1: 0/4]" and pd.isna(rows.iloc[1]["first half"])  # one draw: no first half
+    assert task_rows({"history": h.drop(columns=["groups"]), "probes": []}).empty  # older runs: no table

@@ -117,6 +117,31 @@ def rate_histogram(probe: dict) -> pd.DataFrame:
     return pd.DataFrame([{f"{j}/{k}{star[j]}": n for j, n in counts.items()}])
 
 
+def task_rows(r: dict) -> pd.DataFrame:
+    """One row per RL task a GRPO stage drew (metrics.jsonl's `groups`: task, rewards, kept): its first
+    probe's pass rate, how often it was drawn, each draw as 'step: successes/G' (filtered groups in
+    brackets), and its success rate over the first and the second half of its draws. Empty for runs
+    whose metrics carry no groups (before 2026-12-02)."""
+    h = r.get("history")
+    if h is None or "groups" not in getattr(h, "columns", []):
+        return pd.DataFrame()
+    rates = (r["probes"][0].get("rates") or {}) if r.get("probes") else {}
+    draws: dict[str, list[tuple[int, list[float], bool]]] = {}
+    for step, groups in zip(h["step"], h["groups"]):
+        for g in groups if isinstance(groups, list) else []:
+            draws.setdefault(g["task"], []).append((int(step), g["rewards"], bool(g["kept"])))
+    rows = []
+    for task, ds in sorted(draws.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        wins = [sum(x >= 1.0 for x in rw) / len(rw) for _, rw, _ in ds]
+        half = len(wins) // 2
+        text = ", ".join((f"{s}: {sum(x >= 1.0 for x in rw)}/{len(rw)}" if kept
+                          else f"[{s}: {sum(x >= 1.0 for x in rw)}/{len(rw)}]") for s, rw, kept in ds)
+        rows.append({"task": task, "probe rate": rates.get(task), "draws": len(ds), "step: solved/G": text,
+                     "first half": round(sum(wins[:half]) / half, 3) if half else None,
+                     "second half": round(sum(wins[half:]) / (len(wins) - half), 3)})
+    return pd.DataFrame(rows)
+
+
 def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
     """GRPO runs: what trained, reward and dynamic filtering per step, the learning curve, the curriculum."""
     if not data["grpo"]:
@@ -153,4 +178,11 @@ def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
             gr.text(f"<b>{html.escape(r['key'])}</b>, first probe: tasks per pass rate (episodes solved of "
                     f"{r['probes'][0]['probe_k']}; * in the band)")
             gr.table(rate_histogram(r["probes"][0]))
+    for r in data["grpo"]:
+        tasks = task_rows(r)
+        if len(tasks):
+            gr.text(f"<b>{html.escape(r['key'])}</b>, the RL tasks the steps drew: each draw's episodes solved "
+                    "of G ([…]: the group was filtered), and the task's success rate over the first and the "
+                    "second half of its draws: whether the policy got better on the tasks it trained on.")
+            gr.table(tasks)
     return gr

@@ -218,6 +218,10 @@ class GRPOTrainer:
         kept, seen, m = collect_groups(self.draws, self.procs, self.cfg, self.step_idx, self._rollout, self.reward_fn)
         if seen:
             m.update(episode_metrics(seen, self.domain))
+        # which task each group was and how it scored (this process's groups; metrics.jsonl only, W&B logs numbers):
+        # the report follows a band task's reward over the steps that drew it
+        m["groups"] = [{"task": str(getattr(g.task, "id", "")), "rewards": list(g.rewards),
+                        "kept": any(g is k for k in kept)} for g in seen]
         m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": "",
                   **(pre or {})})
         m["time/rollout_s"] = time.perf_counter() - t0 - m["time/score_s"]  # sampling; scoring is time/score_s
