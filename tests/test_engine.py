@@ -19,9 +19,10 @@ from pydantic import ValidationError
 
 from kit.engine import EngineConfig, run_engine
 from kit.engine.audit import audit_run
-from kit.engine.plans import PlanPair, Slice, diversity, lookup_param, similarity, tool_patterns
-from kit.engine.reflect import _apply, _edits
-from kit.engine.records import CommittedUnit, UnitResult
+from kit.engine.edits import Harder, Hint, Keep, Persona, Simplify, SwitchTools, parse_edit
+from kit.engine.plans import PlanPair, Slice, diversity, load_plans, lookup_param, save_plans, similarity, tool_patterns
+from kit.engine.reflect import HINTS, _apply, _edits
+from kit.engine.records import Check, CommittedUnit, Rejection, SynthesisFailure, UnitResult
 from kit.engine.rounds import ROUND_COLUMNS, RoundRow, plan_feedback, round_stats, write_rounds_csv
 from kit.engine.store import RunStore, read_jsonl
 from kit.engine.choice import strip_lead_in
@@ -111,11 +112,11 @@ def test_validator_executable_checks_name_each_failure():
     ok = _task([("create_task", {"user_id": "user_1", "title": "Pay rent"})], "You are user_1; create 'Pay rent'.")
     assert executable_checks(mock, ok) == []
     ungrounded = _task([("create_task", {"user_id": "user_1", "title": "Pay rent"})], "You are user_1.")
-    assert [r["check"] for r in executable_checks(mock, ungrounded)] == ["grounded_args"]
+    assert [r.check for r in executable_checks(mock, ungrounded)] == ["grounded_args"]
     noop = _task([("update_task_status", {"task_id": "task_1", "status": "pending"})], "task_1 should be pending")
-    assert [r["check"] for r in executable_checks(mock, noop)] == ["changes_state"]
+    assert [r.check for r in executable_checks(mock, noop)] == ["changes_state"]
     broken = _task([("update_task_status", {"task_id": "task_9", "status": "completed"})], "task_9 completed")
-    assert [r["check"] for r in executable_checks(mock, broken)] == ["gold_runs"]
+    assert [r.check for r in executable_checks(mock, broken)] == ["gold_runs"]
 
 
 def test_reflector_offers_edits_the_evidence_supports():
@@ -124,15 +125,45 @@ def test_reflector_offers_edits_the_evidence_supports():
                     synthesis="s", evaluation="e")
     bad = {"proposals": 2, "accepted": 0, "rejections": Counter({"changes_state": 2}), "failures": Counter()}
     edits = _edits(mock, plan, bad, {"create_task": (2, 2), "update_task_status>update_task_status": (0, 2)})
-    assert "simplify" in edits and "switch:create_task" in edits
-    assert "harder" not in edits
+    assert Simplify() in edits and SwitchTools(tools=("create_task",)) in edits
+    assert "switch:create_task" in [e.text() for e in edits]  # what the constrained choice shows the model
+    assert Harder() not in edits
     easy = PlanPair(id="plan1", slice=Slice("change", ["create_task"], "p", "e"), synthesis="s", evaluation="e")
     good = {"proposals": 2, "accepted": 2, "rejections": Counter(), "failures": Counter(), "episodes": 4}
-    assert "harder" in _edits(mock, easy, good, {}) and not any(e.startswith("switch") for e in _edits(mock, easy, good, {}))
+    assert Harder() in _edits(mock, easy, good, {})
+    assert not any(isinstance(e, SwitchTools) for e in _edits(mock, easy, good, {}))
     # harder means another tool second, not the same write twice
-    assert _apply(mock, easy, "harder").tools == ["create_task", "update_task_status"]
+    assert _apply(mock, easy, Harder()).tools == ["create_task", "update_task_status"]
+    assert _apply(mock, plan, SwitchTools(tools=("create_task",))).tools == ["create_task"]
     # all accepted but no rollouts: no evidence the tasks are easy, so not made harder
-    assert "harder" not in _edits(mock, easy, dict(good, episodes=0), {})
+    assert Harder() not in _edits(mock, easy, dict(good, episodes=0), {})
+    # a rejection category offers its hint (typed keys; the Counter's keys are Check / SynthesisFailure)
+    hinted = _edits(mock, easy, dict(bad, rejections=Counter({SynthesisFailure.WRITE_FAILED: 1})), {})
+    assert [e.line for e in hinted if isinstance(e, Hint)] == [HINTS[SynthesisFailure.WRITE_FAILED]]
+
+
+def test_edits_load_from_old_plans_as_text_and_new_ones_as_json(tmp_path):
+    """plans/round_<k>.json of an older run holds each edit as text ("switch:a>b"): it loads typed;
+    a plan saved now stores the edit's JSON and loads back equal."""
+    old = {"id": "plan0", "slice": {"intent": "change", "tools": ["create_task"], "persona": "p", "edge": "none"},
+           "synthesis": "s", "evaluation": "e", "hints": ["x"],
+           "history": [{"round": 0, "edit": "switch:create_task>update_task_status", "options": 3},
+                       {"round": 1, "edit": "persona:a polite retiree: chatty", "options": 2},
+                       {"round": 2, "edit": "hint:Say every id: exactly", "options": 2},
+                       {"round": 3, "edit": "keep", "options": 1}, {"round": 4, "edit": "simplify", "options": 2},
+                       {"round": 5, "edit": "harder", "options": 2}]}
+    (tmp_path / "round_6.json").write_text(json.dumps([old]))
+    plan = load_plans(tmp_path / "round_6.json")[0]
+    assert [h["edit"] for h in plan.history] == [
+        SwitchTools(tools=("create_task", "update_task_status")), Persona(persona="a polite retiree: chatty"),
+        Hint(line="Say every id: exactly"), Keep(), Simplify(), Harder()]
+    assert [h["edit"].text() for h in plan.history] == [h["edit"] for h in old["history"]]  # text() is the old form
+    save_plans(tmp_path / "again.json", [plan])
+    saved = json.loads((tmp_path / "again.json").read_text())[0]["history"]
+    assert saved[0]["edit"] == {"kind": "switch", "tools": ["create_task", "update_task_status"]}
+    assert load_plans(tmp_path / "again.json")[0] == plan
+    with pytest.raises(ValueError):
+        parse_edit("rename:x")
 
 
 def test_tool_patterns_keep_single_writes_at_least_as_common_as_pairs():
@@ -178,7 +209,8 @@ def test_round_stats_is_a_pure_function_whose_fields_are_the_rounds_csv_columns(
              PlanPair(id="plan1", synthesis="s", evaluation="e", slice=Slice("lookup", ["b"], "q", "none"))]
     prop = {"plan_id": "plan0", "task_id": "t0", "accepted": True, "reasons": [], "repairs": ["fidelity:x"]}
     bad = {"plan_id": "plan1", "task_id": None, "accepted": False, "repairs": [],
-           "reasons": [{"check": "synthesis", "detail": "no_write: none"}]}
+           "reasons": [Rejection(Check.SYNTHESIS, "create_task failed after 2 repairs (x)",
+                                 cause=SynthesisFailure.WRITE_FAILED).to_json()]}
     trajs = [{"task_id": "t0", "meta": {"reward": 1.0, "user_deviations": []}},
              {"task_id": "t0", "meta": {"reward": 0.0, "user_deviations": [{"kind": "role_flip"}]}}]
     fail = {"task_id": "t0", "label": "agent", "rule": "wrong_write", "evidence": "x"}
@@ -192,11 +224,48 @@ def test_round_stats_is_a_pure_function_whose_fields_are_the_rounds_csv_columns(
     assert (row.episodes, row.pass_rate, row.user_deviation_rate, row.failures_agent) == (2, 0.5, 0.5, 1)
     assert (row.fidelity_templated, row.repaired, row.sft_agent, row.sft_ungrounded, row.wall_s) == (1, 1, 4, 2, 3.0)
     stats, examples, patterns = plan_feedback(plans, units)
-    assert stats["plan1"]["rejections"] == {"no_write": 1} and stats["plan0"]["episodes"] == 2
+    assert stats["plan1"]["rejections"] == {SynthesisFailure.WRITE_FAILED: 1} and stats["plan0"]["episodes"] == 2
+    assert examples["plan1"] == ["synthesis: write_failed: create_task failed after 2 repairs (x)"]
     assert examples["plan0"] == ["agent/wrong_write: x"] and patterns == {"a": (1, 1), "b": (0, 1)}
     write_rounds_csv(tmp_path / "rounds.csv", [row])
     header, values = (tmp_path / "rounds.csv").read_text().splitlines()
     assert header.split(",") == ROUND_COLUMNS and values.startswith("0,2,2,1,1,0.5,")
+
+
+def test_old_rejection_records_load_typed_and_count_as_before():
+    """proposals.jsonl of an older run: a synthesis reason's detail led with its cause
+    ("write_failed: ..."); it is parsed once, at Rejection.from_json, into the cause and the detail."""
+    old = [{"check": "synthesis", "detail": "write_failed: create_task failed after 2 repairs (x)"},
+           {"check": "synthesis", "detail": "empty_value: title"},
+           {"check": "synthesis", "detail": "no_write: none"},          # a cause no kit names now
+           {"check": "synthesis", "detail": None},
+           {"check": "checker_strength", "detail": "1 near-miss mutants slipped", "mutation_report": {"made": 3}},
+           {"check": "grounded_args", "detail": "create_task.title='x' is neither in ..."}]
+    whys = [Rejection.from_json(d) for d in old]
+    assert [w.category for w in whys] == [SynthesisFailure.WRITE_FAILED, SynthesisFailure.EMPTY_VALUE,
+                                          SynthesisFailure.OTHER, SynthesisFailure.OTHER, Check.CHECKER_STRENGTH,
+                                          Check.GROUNDED_ARGS]
+    assert whys[0] == Rejection(Check.SYNTHESIS, "create_task failed after 2 repairs (x)", SynthesisFailure.WRITE_FAILED)
+    assert whys[0].message() == old[0]["detail"] and whys[2].message() == "no_write: none"
+    assert whys[4].mutation_report == {"made": 3} and whys[5].detail == old[5]["detail"]
+    # the form written now: the cause a field of its own; it reads back equal
+    assert whys[0].to_json() == {"check": "synthesis", "cause": "write_failed",
+                                 "detail": "create_task failed after 2 repairs (x)"}
+    assert [Rejection.from_json(w.to_json()) for w in whys] == whys
+    # the categories compare equal to their old strings (rounds.csv columns, readers not yet typed)
+    assert Check.SYNTHESIS == "synthesis" and f"{SynthesisFailure.WRITE_FAILED}" == "write_failed"
+    assert json.dumps({SynthesisFailure.WRITE_FAILED: 1}) == '{"write_failed": 1}'
+    # round statistics read the old and the new form alike
+    plans = [PlanPair(id="plan0", synthesis="s", evaluation="e", slice=Slice("change", ["a"], "p", "none"))]
+    rows = [{"plan_id": "plan0", "task_id": None, "accepted": False, "repairs": [], "reasons": [d]} for d in old]
+    units = [CommittedUnit({"unit": "r0-p0", "round": 0, "sft_agent": 0, "sft_user": 0, "choice_fallbacks": 0,
+                            "wall_s": 0.0}, {"proposals.jsonl": rows})]
+    new = [CommittedUnit(units[0].summary, {"proposals.jsonl": [dict(r, reasons=[w.to_json()]) for r, w in zip(rows, whys)]})]
+    row = round_stats(0, plans, units)
+    assert (row.reject_synthesis, row.reject_checker_strength, row.reject_grounded_args) == (4, 1, 1)
+    assert row == round_stats(0, plans, new) and plan_feedback(plans, units) == plan_feedback(plans, new)
+    assert plan_feedback(plans, units)[0]["plan0"]["rejections"] == {
+        "write_failed": 1, "empty_value": 1, "other": 2, "checker_strength": 1, "grounded_args": 1}
 
 
 def test_engine_config_names_the_bad_field(tmp_path):
@@ -379,17 +448,21 @@ def test_reflector_switches_keep_every_pattern_covered():
     coverage = Counter(">".join(t) for _, t in slices)
     for plan, st in zip(plans[:2], stats[:2]):
         # without the guard: switch to the best-accepted patterns, the collapse seen in the run
-        assert "switch:update_task_status>create_task" in _edits(mock, plan, st, pattern_stats)
-        assert not any(e.startswith("switch") for e in _edits(mock, plan, st, pattern_stats, coverage))
-    barren = _edits(mock, plans[5], stats[5], pattern_stats, coverage)
+        assert "switch:update_task_status>create_task" in _texts(_edits(mock, plan, st, pattern_stats))
+        assert not any(e.startswith("switch") for e in _texts(_edits(mock, plan, st, pattern_stats, coverage)))
+    barren = _texts(_edits(mock, plans[5], stats[5], pattern_stats, coverage))
     assert "switch:update_task_status>create_task" in barren  # 0 of 4 accepted: it may double a pattern
     crowded = coverage + Counter({"update_task_status>create_task": 1}) - Counter({"create_task": 1})  # still 6 plans
-    assert "switch:update_task_status>create_task" not in _edits(mock, plans[5], stats[5], pattern_stats, crowded)
+    assert "switch:update_task_status>create_task" not in _texts(_edits(mock, plans[5], stats[5], pattern_stats, crowded))
     # a duplicate may move to a pattern nobody holds
     dup = Counter(coverage)
     dup["update_task_status"] -= 1
     dup["update_task_status>create_task"] += 1
     moved = PlanPair(id="plan0", slice=Slice("multi_change", ["update_task_status", "create_task"], "p", "e"),
                      synthesis="s", evaluation="e")
-    edits = _edits(mock, moved, stats[0], {**pattern_stats, "update_task_status": (0, 0)}, dup)
+    edits = _texts(_edits(mock, moved, stats[0], {**pattern_stats, "update_task_status": (0, 0)}, dup))
     assert [e for e in edits if e.startswith("switch")] == ["switch:update_task_status"]
+
+
+def _texts(edits) -> list[str]:
+    return [e.text() for e in edits]

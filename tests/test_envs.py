@@ -176,6 +176,7 @@ def test_airline_policy_rules_live_with_the_airline_domain(airline):
 
 
 def test_a_domain_of_ones_own_loads_by_its_module_path_with_its_policy_rules():
+    from kit.engine.records import Check, Rejection
     from kit.engine.validate import executable_checks
     from kit.envs import domain_problem, register_domain
     from kit.envs.library import get_environment, get_tasks
@@ -194,5 +195,5 @@ def test_a_domain_of_ones_own_loads_by_its_module_path_with_its_policy_rules():
     register_domain("strict_library", get_environment, get_tasks, policy_rules=[no_lending])
     strict = load_domain("strict_library")
     task = strict.task("borrow_dune")
-    assert {"check": "policy", "detail": "strict library: no lending"} in executable_checks(strict, task)
-    assert not [r for r in executable_checks(dom, task) if r["check"] == "policy"]
+    assert Rejection(Check.POLICY, "strict library: no lending") in executable_checks(strict, task)
+    assert not [r for r in executable_checks(dom, task) if r.check == "policy"]

@@ -86,7 +86,7 @@ def _engine_stage(run: Path, dom, task, broken) -> dict:
     props = []
     for a, (t, rs) in enumerate([(task, []), (rejected, rej_reasons)]):
         row = Proposal(unit="r0-p0", attempt=a, plan_id="plan0", task=t).record()
-        row.update({"round": 0, "accepted": not rs, "reasons": rs})
+        row.update({"round": 0, "accepted": not rs, "reasons": [r.to_json() for r in rs]})
         if rs:
             row["task"] = json.loads(t.model_dump_json(exclude_none=True))
         props.append(row)

@@ -135,11 +135,69 @@ def test_a_failing_process_fails_the_stage_with_the_logs_tail(tmp_path):
     assert f"log with the traceback: {sdir / 'sft_agent.log'}" in msg and "  | " in msg, msg
     log = (sdir / "sft_agent.log").read_text()
     assert "process 0 of 2" in log and "process 1 of 2" in log and "Traceback" in log
+    failure = json.loads((sdir / "sft_agent.failure.json").read_text())  # what the runner read
+    assert failure["error"] == "BadLine" and failure["user_error"] is True and failure["world"] == 2, failure
+    assert f"{failure['error']}: {failure['message']}" in msg and "sft_agent.jsonl:1" in failure["message"]
     info = json.loads((sdir / "stage.json").read_text())
     assert info["status"] == "failed" and "BadLine" in info["error"] and info["log"] == str(sdir / "sft_agent.log")
     m = json.loads((tmp_path / "runs" / "tl" / "manifest.json").read_text())
     assert m["status"] == "failed" and m["failed_stage"] == "sft_agent"
     assert "launching 2 processes (CPU)" in console.read_text()
+
+
+FAKE_PROCESS = """
+import json, sys
+from pathlib import Path
+spec, failure = Path(sys.argv[1]), sys.argv[2]
+print("[kit.runner.launch] FAILED process 0 of 1: ValueError: what the log says", file=sys.stderr)
+if failure:
+    (spec.parent / (spec.name.removesuffix(".launch.json") + ".failure.json")).write_text(failure)
+sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_the_runner_reports_the_failure_json_a_launched_process_wrote(tmp_path, monkeypatch, written):
+    """A launched stage's failure reaches the runner as the JSON its failing process wrote (error class,
+    message, user-error flag), not from the log; without that file, the exit status is all it says."""
+    import kit.runner.launch as launch
+    from kit.runner.execute import Runner, StageFailed
+    from kit.runner.launch import LaunchFailure
+
+    failure = LaunchFailure(error="NotFound", message="no such folder: /x", user_error=True, rank=1, world=2)
+    monkeypatch.setattr(launch, "command", lambda spec, spec_file: (
+        [sys.executable, "-c", FAKE_PROCESS, str(spec_file), failure.model_dump_json() if written else ""], {}))
+    p = write(tmp_path, HEAD + SFT + "    launch: {num_processes: 1, cpu: true}\n")
+    sdir = tmp_path / "runs" / "tl" / "sft_agent"
+    sdir.mkdir(parents=True)
+    (sdir / "sft_agent.failure.json").write_text(failure.model_copy(update={"message": "stale"}).model_dump_json())
+    with pytest.raises(StageFailed) as e:
+        Runner(load_recipe(p), runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports",
+               stream=open(tmp_path / "console", "w")).run()
+    msg = str(e.value)
+    assert "stale" not in msg.splitlines()[0]  # an earlier attempt's file is gone before the launch
+    assert "FAILED process 0 of 1: ValueError: what the log says" in msg  # the log's tail, for people
+    if written:
+        assert msg.startswith("stage 'sft_agent' failed: process 1 of 2: NotFound: no such folder: /x\n"), msg
+        assert e.value.user_error
+    else:
+        assert msg.startswith("stage 'sft_agent' failed: accelerate launch exited with status 1\n"), msg
+        assert not e.value.user_error
+    info = json.loads((sdir / "stage.json").read_text())
+    assert info["error"] == msg.splitlines()[0].removeprefix("stage 'sft_agent' failed: ")
+
+
+def test_a_launch_failure_is_written_once_by_the_first_process_to_fail(tmp_path):
+    from kit.errors import NotFound
+    from kit.runner.launch import LaunchFailure, failure_file
+
+    path = failure_file(tmp_path / "grpo.launch.json")
+    assert path == tmp_path / "grpo.failure.json" and LaunchFailure.read(path) is None
+    first = LaunchFailure.of(NotFound("no data at /d\nmore lines"), rank=1, world=2)
+    assert (first.error, first.message, first.user_error) == ("NotFound", "no data at /d", True)
+    assert first.write(path) and not LaunchFailure.of(RuntimeError("peer gone"), 0, 2).write(path)
+    assert LaunchFailure.read(path) == first and list(tmp_path.iterdir()) == [path]
+    assert LaunchFailure.of(KeyError("x")).user_error is False
 
 
 def _files(d: Path) -> set[str]:

@@ -185,7 +185,7 @@ def test_lookup_tasks_name_the_customer_and_their_gold_dialogue_looks_the_id_up(
     assert lookup_param(dom, "get_users", "create_task") == "user_id"
     assert lookup_param(dom, "get_users", "update_task_status") is None  # get_users shows no task titles
     for task in _proposals(dom, ["get_users", "create_task"], "lookup_change", EDGES[0]):
-        assert [r for r in executable_checks(dom, task) if r["check"] != "held_out"] == []
+        assert [r for r in executable_checks(dom, task) if r.check != "held_out"] == []
         read, write = task.evaluation_criteria.actions
         uid = write.arguments["user_id"]
         assert read.name == "get_users" and uid not in str(task.user_scenario)

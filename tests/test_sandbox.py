@@ -328,3 +328,22 @@ def test_screen_accepts_ordinary_checker_code():
     assert screen(src) is None
     v = run_code(src, SAMPLE_STATE, SAMPLE_TRAJECTORY)
     assert (v.status, v.passed, v.detail) == ("ok", True, {"done": ["task_1"]})
+
+
+def test_a_workers_status_is_parsed_once_into_check_status_and_json_keeps_the_strings():
+    """The worker's reply names its status as text; the parent parses it into CheckStatus (only the
+    statuses a worker may report), and a verdict's JSON carries the same strings as before."""
+    from kit.checkers.sandbox import CheckResult, _child_verdict
+    from kit.checkers.status import CheckStatus
+
+    def reply(raw) -> CheckResult:
+        return _child_verdict({"exit": 0, "out": json.dumps(raw), "wall_s": 0.1}, timeout=1.0)
+
+    assert reply({"status": "limit", "reason": "recursion"}).status is CheckStatus.LIMIT
+    ok = reply({"status": "ok", "passed": True, "detail": {}})
+    assert ok.status is CheckStatus.OK and ok.status == "ok" and ok.passed is True
+    for forged in ({"status": "rejected"}, {"status": "timeout"}, {"status": ["ok"]}, {"status": "OK"}, ["ok"]):
+        assert reply(forged).status is CheckStatus.ERROR, forged  # a child cannot claim what only the parent decides
+    assert json.dumps(ok.to_dict()) == '{"status": "ok", "reason": "check passed", "passed": true, "detail": {}}'
+    assert json.loads(ok.model_dump_json())["status"] == "ok" and f"{CheckStatus.TIMEOUT}" == "timeout"
+    assert CheckResult.model_validate({"status": "limit"}).status is CheckStatus.LIMIT

@@ -24,6 +24,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, Field
 
+from kit.checkers.status import CheckStatus
 from kit.envs.cow import CowTable, dump_record
 from kit.envs.domain import Domain
 from kit.envs.episode import EpisodeEnv
@@ -93,7 +94,7 @@ def run_checker(domain: Domain, rec: CheckedTask, traj: Trajectory, sandbox=None
         cv = run_code(rec.checker.code, state, trajectory_view(traj))
     else:
         cv = sandbox.run(rec.checker.code, state, trajectory_view(traj))
-    out.code_status, out.code_passed = cv.status, (cv.passed if cv.status == "ok" else False)
+    out.code_status, out.code_passed = cv.status, (cv.passed if cv.status is CheckStatus.OK else False)
     out.breakdown["CODE"] = 1.0 if out.code_passed else 0.0
     if not out.code_passed:
         out.reward = 0.0

@@ -1,7 +1,7 @@
 """Run model-written checker code, `check(state, trajectory) -> bool | dict`, sandboxed.
 
     with Sandbox(workers=2) as box:
-        r = box.run(SOURCE, state, trajectory)          # CheckResult(status="ok", passed=True, ...)
+        r = box.run(SOURCE, state, trajectory)          # CheckResult(status=CheckStatus.OK, passed=True, ...)
         vs = box.run_many([(SOURCE, state, traj), ...])
     run_code(SOURCE, state, trajectory)                   # one shared sandbox per process
     sandbox_cli("my_checker.py")                         # {"status": "ok", "passed": True, ...}
@@ -11,7 +11,7 @@ which runs nothing). The walls:
 
 1. kit/checkers/screen.py rejects, before anything runs, sources that import, touch any
    `_name`, name dangerous builtins (eval, open, getattr, type, ...), or reach frames,
-   code, `mro` or format strings. Rejected: CheckResult(status="rejected", reason=rule+line).
+   code, `mro` or format strings. Rejected: CheckResult(status=REJECTED, reason=rule+line).
 2. kit/checkers/worker.py runs each check in a fresh fork of a warm zygote process (a
    separate `python -I -S` with a near-empty environment; see kit/checkers/zygote.py):
    whitelisted builtins only, its own fresh copy of `state` and `trajectory` parsed from
@@ -36,9 +36,10 @@ which runs nothing). The walls:
 
 Verdict rules: `check` returning a bool is the verdict; returning a dict requires a bool
 "passed" (truthiness is not accepted: `{"passed": "no"}` is an error), the other keys are
-`detail`, plain JSON of at most 8 kB. Statuses: ok (passed is set), rejected (screen),
-timeout (wall clock or CPU limit), limit (memory, recursion, output size), error
-(exception in the checker, bad return value, crash). Every verdict has a reason.
+`detail`, plain JSON of at most 8 kB. Statuses (`CheckStatus`, kit/checkers/status.py): ok
+(passed is set), rejected (screen), timeout (wall clock or CPU limit), limit (memory,
+recursion, output size), error (exception in the checker, bad return value, crash). Every
+verdict has a reason.
 
 Throughput (`bench_sandbox()`): about 4 ms of CPU per verdict over all processes (fork
 and confinement of the child ~2 ms, zygote ~1.3 ms, this parent ~0.5 ms), so ~400-500
@@ -59,11 +60,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Any, Iterable, Literal, Optional
+from typing import Any, Iterable, Optional
 
 from pydantic import BaseModel, Field
 
 from kit.checkers.screen import MAX_SOURCE_BYTES, screen
+from kit.checkers.status import CheckStatus
 from kit.checkers.zygote import Zygote, namespace_prefix
 
 EXIT_MEMORY, EXIT_INTERNAL = 3, 4      # kit/checkers/worker.py
@@ -71,7 +73,7 @@ DETAIL_CAP = 16 * 1024                 # the child caps detail at 8 kB; parent r
 REASON_CAP = 1000
 GRACE_S = 5.0                          # zygote reply may lag the check's timeout by this
 
-Status = Literal["ok", "rejected", "timeout", "limit", "error"]
+Status = CheckStatus  # the old name
 ALLOW_WEAK_ENV = "KIT_SANDBOX_ALLOW_WEAK"
 WEAK_NOTE = "WEAK SANDBOX: static screen and rlimits only"
 
@@ -89,24 +91,28 @@ def sandbox_warnings() -> list[str]:
 
 
 class CheckResult(BaseModel):
-    """What one sandboxed run of checker code came to. `passed` is set only when status == "ok".
+    """What one sandboxed run of checker code came to. `passed` is set only when status is OK.
     (An episode's reward is a kit.verify.Verdict; this is only the code part of it.)"""
 
-    status: Status
+    status: CheckStatus
     passed: Optional[bool] = None
     reason: str = Field(default="", description="Why: rule and line, exception, limit hit.")
     detail: dict[str, Any] = Field(default_factory=dict, description="Extra keys a dict verdict returned.")
     wall_s: float = 0.0
 
     def to_dict(self) -> dict:
-        out = {"status": self.status, "reason": self.reason}
-        if self.status == "ok":
+        out = {"status": self.status.value, "reason": self.reason}
+        if self.status is CheckStatus.OK:
             out.update(passed=self.passed, detail=self.detail)
         return out
 
 
-def _fail(status: Status, reason: str, wall_s: float = 0.0) -> CheckResult:
+def _fail(status: CheckStatus, reason: str, wall_s: float = 0.0) -> CheckResult:
     return CheckResult(status=status, reason=reason[:REASON_CAP], wall_s=wall_s)
+
+
+# the statuses a worker may report (rejected and timeout are decided here, never by the child)
+_WORKER_STATUS = {s.value: s for s in (CheckStatus.OK, CheckStatus.ERROR, CheckStatus.LIMIT)}
 
 
 def _child_verdict(reply: dict, timeout: float) -> CheckResult:
@@ -114,32 +120,34 @@ def _child_verdict(reply: dict, timeout: float) -> CheckResult:
     wall = float(reply.get("wall_s") or 0.0)
     code = reply.get("exit")
     if reply.get("timed_out"):
-        return _fail("timeout", f"wall-clock timeout: check ran past {timeout:g}s and was killed", wall)
+        return _fail(CheckStatus.TIMEOUT, f"wall-clock timeout: check ran past {timeout:g}s and was killed", wall)
     if reply.get("overflow"):
-        return _fail("limit", "output limit: the checker process wrote more than 64 kB", wall)
+        return _fail(CheckStatus.LIMIT, "output limit: the checker process wrote more than 64 kB", wall)
     if code == -signal.SIGXCPU or (code == -signal.SIGKILL and reply.get("cpu_s", 0) >= math.ceil(timeout)):
-        return _fail("timeout", f"CPU limit: check used over {max(1, math.ceil(timeout))}s of CPU", wall)
+        return _fail(CheckStatus.TIMEOUT, f"CPU limit: check used over {max(1, math.ceil(timeout))}s of CPU", wall)
     if code == EXIT_MEMORY:
-        return _fail("limit", "memory limit: the checker process could not even report", wall)
+        return _fail(CheckStatus.LIMIT, "memory limit: the checker process could not even report", wall)
     if code == EXIT_INTERNAL:
-        return _fail("error", "sandbox setup failed in the checker process", wall)
+        return _fail(CheckStatus.ERROR, "sandbox setup failed in the checker process", wall)
     if code != 0:
         what = f"signal {signal.Signals(-code).name}" if isinstance(code, int) and code < 0 and \
             -code in signal.valid_signals() else f"exit code {code}"
-        return _fail("error", f"checker process crashed ({what})", wall)
+        return _fail(CheckStatus.ERROR, f"checker process crashed ({what})", wall)
     try:
         raw = json.loads(reply.get("out", ""))
     except (ValueError, RecursionError):
-        return _fail("error", "checker process returned no valid verdict", wall)
-    if not isinstance(raw, dict) or raw.get("status") not in ("ok", "error", "limit"):
-        return _fail("error", "checker process returned a malformed verdict", wall)
-    if raw["status"] != "ok":
+        return _fail(CheckStatus.ERROR, "checker process returned no valid verdict", wall)
+    reported = raw.get("status") if isinstance(raw, dict) else None  # the worker's JSON, parsed here once
+    status = _WORKER_STATUS.get(reported) if isinstance(reported, str) else None
+    if status is None:
+        return _fail(CheckStatus.ERROR, "checker process returned a malformed verdict", wall)
+    if status is not CheckStatus.OK:
         reason = raw.get("reason")
-        return _fail(raw["status"], reason if isinstance(reason, str) and reason else "checker failed", wall)
+        return _fail(status, reason if isinstance(reason, str) and reason else "checker failed", wall)
     passed, detail = raw.get("passed"), raw.get("detail", {})
     if not isinstance(passed, bool) or not isinstance(detail, dict) or len(json.dumps(detail)) > DETAIL_CAP:
-        return _fail("error", "checker process returned a malformed verdict", wall)
-    return CheckResult(status="ok", passed=passed, detail=detail, wall_s=wall,
+        return _fail(CheckStatus.ERROR, "checker process returned a malformed verdict", wall)
+    return CheckResult(status=CheckStatus.OK, passed=passed, detail=detail, wall_s=wall,
                    reason="check passed" if passed else "check failed")
 
 
@@ -286,15 +294,15 @@ class Sandbox:
         t0 = time.monotonic()
         timeout = min(max(float(self.timeout if timeout is None else timeout), 0.01), 3600.0)
         if not isinstance(source, str):
-            return _fail("rejected", f"source: expected str, got {type(source).__name__}")
+            return _fail(CheckStatus.REJECTED, f"source: expected str, got {type(source).__name__}")
         reason = screen(source, self.max_source_bytes)
         code, reason = _compiled(source) if reason is None else (None, reason)
         if reason:
-            return _fail("rejected", reason)
+            return _fail(CheckStatus.REJECTED, reason)
         try:
             job = json.dumps({"state": state, "trajectory": trajectory}, allow_nan=False).encode()
         except (TypeError, ValueError, RecursionError) as e:
-            return _fail("error", f"state/trajectory are not JSON data: {e}")
+            return _fail(CheckStatus.ERROR, f"state/trajectory are not JSON data: {e}")
         self.start()
         header = {"timeout": timeout, "memory_mb": self.memory_mb, "code_n": len(code)}
         payload = code + job
@@ -302,7 +310,7 @@ class Sandbox:
         for _ in range(self.workers + 2):  # dead zygotes are replaced, not counted
             z, line = self._take(), None
             if z is None:
-                return _fail("error", "sandbox has no worker process (cannot start one)")
+                return _fail(CheckStatus.ERROR, "sandbox has no worker process (cannot start one)")
             if not z.alive():
                 self._replace(z)
                 continue
@@ -319,11 +327,11 @@ class Sandbox:
                 return v
             self._replace(z)
             if line is None and time.monotonic() - t0 >= timeout:
-                return _fail("timeout", f"sandbox worker gave no answer within {timeout + GRACE_S:g}s")
+                return _fail(CheckStatus.TIMEOUT, f"sandbox worker gave no answer within {timeout + GRACE_S:g}s")
             failures += 1  # a zygote that died mid-job (never the check's doing): one retry
             if failures == 2:
                 break
-        return _fail("error", "sandbox workers kept failing")
+        return _fail(CheckStatus.ERROR, "sandbox workers kept failing")
 
     def run_many(self, jobs: Iterable[tuple[str, Any, Any]], timeout: Optional[float] = None) -> list[CheckResult]:
         """Run (source, state, trajectory) jobs over the pool; verdicts in job order."""
@@ -407,19 +415,23 @@ SAMPLE_TRAJECTORY = [
 ]
 
 
+def _error(reason: str) -> dict:
+    return _fail(CheckStatus.ERROR, reason).to_dict()
+
+
 def sandbox_cli(code_path: str) -> dict:
     """`check` from FILE.py against SAMPLE_STATE / SAMPLE_TRAJECTORY -> verdict dict. Never raises."""
     try:
         if not os.path.isfile(code_path):  # a directory, a FIFO that would block, a device
-            return {"status": "error", "reason": f"cannot read {code_path}: not a regular file"[:REASON_CAP]}
+            return _error(f"cannot read {code_path}: not a regular file")
         with open(code_path, "rb") as f:  # bounded read: the path may be /dev/zero
             source = f.read(MAX_SOURCE_BYTES * 4 + 1).decode("utf-8")
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        return {"status": "error", "reason": f"cannot read {code_path}: {type(e).__name__}: {e}"[:REASON_CAP]}
+        return _error(f"cannot read {code_path}: {type(e).__name__}: {e}")
     try:
         return run_code(source, SAMPLE_STATE, SAMPLE_TRAJECTORY).to_dict()
     except Exception as e:  # noqa: BLE001 - the sandbox itself failed (e.g. cannot fork)
-        return {"status": "error", "reason": f"sandbox failure: {type(e).__name__}: {e}"[:REASON_CAP]}
+        return _error(f"sandbox failure: {type(e).__name__}: {e}")
 
 
 BENCH_SOURCE = '''
@@ -441,7 +453,7 @@ def bench_sandbox(n: int = 500, workers: Optional[int] = None, walls: Optional[d
         t0 = time.perf_counter()
         verdicts = box.run_many([(BENCH_SOURCE, SAMPLE_STATE, SAMPLE_TRAJECTORY)] * n)
         elapsed = time.perf_counter() - t0
-    bad = [v for v in verdicts if v.status != "ok" or v.passed is not True]
+    bad = [v for v in verdicts if v.status is not CheckStatus.OK or v.passed is not True]
     if bad:
         raise RuntimeError(f"bench checker failed: {bad[0]}")
     return n / elapsed

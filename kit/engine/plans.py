@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from kit.engine.choice import Chooser
+from kit.engine.edits import parse_edit
 from kit.engine.prompts import Prompts
 from kit.envs.domain import Domain
 
@@ -69,15 +70,20 @@ class PlanPair:
     synthesis: str
     evaluation: str
     hints: list[str] = field(default_factory=list)
-    history: list[dict] = field(default_factory=list)  # one entry per reflection
+    history: list[dict] = field(default_factory=list)  # one entry per reflection; its "edit" is typed (edits.py)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["history"] = [{**h, "edit": parse_edit(h["edit"]).model_dump(mode="json")} if "edit" in h else h
+                        for h in d["history"]]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "PlanPair":
+        """A plan from plans/round_<k>.json, of this kit or an older one (an edit as text there)."""
         d = dict(d)
         d["slice"] = Slice(**d["slice"])
+        d["history"] = [{**h, "edit": parse_edit(h["edit"])} if "edit" in h else h for h in d.get("history") or []]
         return cls(**d)
 
 

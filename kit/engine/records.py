@@ -8,12 +8,19 @@ same unit read back from the run folder.
 A `UnitResult` is built by the engine's unit function (kit/engine/run.py) and committed whole by the
 store (kit/engine/store.py); a `CommittedUnit` is what round statistics (kit/engine/rounds.py) and
 reflection read, the same for units run now and units a resumed run finds already committed.
+
+Why a proposal was rejected is a `Rejection`: the `Check` that failed, for Check.SYNTHESIS the
+`SynthesisFailure` that stopped the synthesizer, and the detail text for people. proposals.jsonl
+stores it as {"check", "cause", "detail"}; `Rejection.from_json` reads that and the older form,
+whose synthesis detail led with its cause ("write_failed: ..."), parsed there once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+from kit.enums import TextEnum
 
 if TYPE_CHECKING:  # the store reads records without loading tau2
     from kit.checkers.checker import CheckedTask
@@ -23,6 +30,86 @@ if TYPE_CHECKING:  # the store reads records without loading tau2
 # The data files of a run, in the order a unit's lines are written (units.jsonl comes last: the commit).
 DATA_FILES = ("tasks.jsonl", "rl_tasks.jsonl", "sft_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
               "failures.jsonl", "proposals.jsonl")
+
+
+class Check(TextEnum):
+    """The validation step that rejected a proposal, in the order they run (kit/engine/validate.py).
+    SYNTHESIS: the synthesizer built no task at all (its cause is a SynthesisFailure)."""
+
+    SYNTHESIS = "synthesis"
+    GOLD_RUNS = "gold_runs"
+    CHANGES_STATE = "changes_state"
+    GROUNDED_ARGS = "grounded_args"
+    HELD_OUT = "held_out"
+    POLICY = "policy"
+    GOLD_REWARD = "gold_reward"
+    CHECKER_STRENGTH = "checker_strength"
+    LLM_JUDGE = "llm_judge"
+
+
+class SynthesisFailure(TextEnum):
+    """Why the synthesizer built no task (kit/engine/synthesize.py)."""
+
+    FREE_VALUE = "free_value"                  # no usable model-written value for a required argument
+    GOLD_ACTION_ERROR = "gold_action_error"    # a gold call fails from the initial state
+    NO_ARGUMENTS = "no_arguments"              # no values seen for a tool's arguments
+    NOTHING_TO_TELL = "nothing_to_tell"        # a lookup returned no scalar value
+    WRITE_FAILED = "write_failed"              # the write kept failing after its repairs
+    NO_LOOKUP = "no_lookup"                    # the write has no id argument the read returns
+    NOTHING_TO_LOOK_UP = "nothing_to_look_up"  # the read returned nothing usable to look up
+    EMPTY_VALUE = "empty_value"                # (runs of older kits)
+    OTHER = "other"                            # an older record whose text names no known cause
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One reason a proposal was rejected (proposals.jsonl `reasons`; the first one decided it)."""
+
+    check: Check
+    detail: str = ""                               # for people: which call, which value, which task
+    cause: Optional[SynthesisFailure] = None       # Check.SYNTHESIS only
+    mutation_report: Optional[dict] = None         # Check.CHECKER_STRENGTH: the checker's mutation test
+
+    @property
+    def category(self) -> Union[Check, SynthesisFailure]:
+        """What the reflector counts: a synthesis failure's cause, else the check."""
+        return self.cause if self.check is Check.SYNTHESIS and self.cause is not None else self.check
+
+    def message(self) -> str:
+        """The detail, led by the cause when there is one ("write_failed: create_task failed ...")."""
+        return f"{self.cause}: {self.detail}" if self.cause not in (None, SynthesisFailure.OTHER) else self.detail
+
+    def text(self) -> str:
+        return f"{self.check}: {self.message()}"
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"check": self.check.value}
+        if self.cause is not None:
+            out["cause"] = self.cause.value
+        out["detail"] = self.detail
+        if self.mutation_report is not None:
+            out["mutation_report"] = self.mutation_report
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Rejection":
+        """A proposals.jsonl reason, written by this kit or an older one (the boundary: an older
+        synthesis reason's "<cause>: <detail>" text is parsed here, and nowhere else)."""
+        check, detail, cause = Check(d["check"]), str(d.get("detail") or ""), d.get("cause")
+        if cause is not None:
+            cause = SynthesisFailure(cause)
+        elif check is Check.SYNTHESIS:
+            cause, detail = _old_synthesis_detail(detail)
+        return cls(check=check, detail=detail, cause=cause, mutation_report=d.get("mutation_report"))
+
+
+def _old_synthesis_detail(text: str) -> tuple[SynthesisFailure, str]:
+    """(cause, detail) of an older kit's synthesis reason, "write_failed: create_task failed ..."."""
+    head, sep, rest = text.partition(":")
+    try:
+        return SynthesisFailure(head.strip()), rest.strip()
+    except ValueError:
+        return SynthesisFailure.OTHER, text
 
 
 @dataclass
@@ -44,6 +131,7 @@ class UnitResult:
     round: int
     plan_id: str
     proposals: list[dict]              # proposals.jsonl rows: every attempt, its decisions and reasons
+                                       # (Rejection.to_json() each)
     accepted: list[CheckedTask]        # the tasks the validator accepted, with their checkers
     pools: dict[str, str]              # accepted task id -> "sft" or "rl" (kit/engine/pools.py)
     episodes: list[Episode]            # group_size rollouts per accepted task
@@ -95,6 +183,11 @@ class CommittedUnit:
     @property
     def proposals(self) -> list[dict]:
         return self.rows.get("proposals.jsonl", [])
+
+    def rejections(self) -> list[tuple[dict, Rejection]]:
+        """Each rejected proposal with the reason that decided it (its first), typed."""
+        return [(p, Rejection.from_json(p["reasons"][0])) for p in self.proposals
+                if not p["accepted"] and p["reasons"]]
 
     @property
     def trajectories(self) -> list[dict]:

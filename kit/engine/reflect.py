@@ -3,15 +3,15 @@
 Per plan it sees the round's numbers (proposals, acceptances), the rejection reasons, the
 failure attributions of the rollouts (task / agent / user, kit/checkers/attribution.py)
 and a few examples. It picks one edit among those the evidence allows (a constrained
-choice), then rewrites the plan prose with that edit:
+choice over their `text()`), then rewrites the plan prose with that edit (kit/engine/edits.py):
 
-  keep                  nothing to fix
-  simplify              multi_change → one write (when writes fail or episodes fail)
-  harder                one write → two writes (when everything passed: the tasks are easy)
-  switch:<pattern>      another tool pattern of the domain, one that fared better in another
+  Keep                  nothing to fix
+  Simplify              multi_change → one write (when writes fail or episodes fail)
+  Harder                one write → two writes (when everything passed: the tasks are easy)
+  SwitchTools(tools)    another tool pattern of the domain, one that fared better in another
                         plan this round, or one nobody tried yet (when this one failed)
-  persona:<persona>     another simulated user (when user-attributed failures dominate)
-  hint:<text>           a line added to the synthesizer prompts of this plan — the way
+  Persona(persona)      another simulated user (when user-attributed failures dominate)
+  Hint(line)            a line added to the synthesizer prompts of this plan — the way
                         reflection adjusts the prompts (e.g. "state every id exactly")
 
 Every decision lands in the plan's `history`, and plans/round_<k>.json keeps each round.
@@ -34,21 +34,24 @@ from collections import Counter
 from typing import Optional
 
 from kit.engine.choice import Chooser
+from kit.engine.edits import Edit, Harder, Hint, Keep, Persona, Simplify, SwitchTools
 from kit.engine.plans import PERSONAS, PlanPair, Slice, tool_patterns
 from kit.engine.prompts import Prompts
+from kit.engine.records import Check, SynthesisFailure
 from kit.envs.domain import Domain
 
+# the hint offered when a plan's rejections (Check / SynthesisFailure) or failures (attribution label) name the key
 HINTS = {
-    "grounded_args": "Mention every id and value the agent will need, exactly as written in the database.",
-    "write_failed": "Pick records and values that the tool accepts; prefer values you saw in the database.",
-    "empty_value": "Always write a short, concrete value (a few words).",
-    "llm_judge": "Keep the request realistic and clearly tied to the plan.",
+    Check.GROUNDED_ARGS: "Mention every id and value the agent will need, exactly as written in the database.",
+    SynthesisFailure.WRITE_FAILED: "Pick records and values that the tool accepts; prefer values you saw in the database.",
+    SynthesisFailure.EMPTY_VALUE: "Always write a short, concrete value (a few words).",
+    Check.LLM_JUDGE: "Keep the request realistic and clearly tied to the plan.",
     "user": "The customer only states facts from their instructions and stops only when the request is done.",
 }
 
 
 def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict,
-           coverage: Optional[Counter] = None) -> list[str]:
+           coverage: Optional[Counter] = None) -> list[Edit]:
     """The edits the evidence allows. `coverage`: tool pattern -> plans holding it in the next round so
     far (this plan included); None = no coverage guard (module docstring)."""
     sl = plan.slice
@@ -63,14 +66,14 @@ def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict,
         barren = stats["proposals"] > 0 and stats["accepted"] == 0  # a plan that yields nothing may double up
         room = lambda key: coverage.get(key, 0) < share + (1 if barren else 0)  # noqa: E731
         can_leave = coverage.get(current, 0) > 1 or barren
-    edits = ["keep"]
+    edits: list[Edit] = [Keep()]
     if sl.intent == "multi_change" and (stats["accepted"] < stats["proposals"] or failures):
-        edits.append("simplify")
+        edits.append(Simplify())
     # harder only on evidence that agents solve these tasks (rollouts ran, none failed); without
     # rollouts a fully accepted plan says the tasks are valid, not that they are easy
     if sl.intent == "change" and stats["accepted"] == stats["proposals"] and stats.get("episodes") and not failures \
-            and can_leave and room(">".join(_apply(domain, plan, "harder").tools)):
-        edits.append("harder")
+            and can_leave and room(">".join(_apply(domain, plan, Harder()).tools)):
+        edits.append(Harder())
     if stats["accepted"] < stats["proposals"] and can_leave:
         # switch only to patterns the round's evidence favours (a higher acceptance rate in
         # another plan) or that nobody tried yet (at most two of those), and that have room
@@ -82,33 +85,32 @@ def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict,
             if key == current or not room(key):
                 continue
             if n and acc / n > own:
-                edits.append("switch:" + key)
+                edits.append(SwitchTools(tools=tuple(tools)))
             elif not n and untried < 2:
-                edits.append("switch:" + key)
+                edits.append(SwitchTools(tools=tuple(tools)))
                 untried += 1
     if failures.get("user"):
-        edits += [f"persona:{p}" for p in PERSONAS if p != sl.persona][:2]
+        edits += [Persona(persona=p) for p in PERSONAS if p != sl.persona][:2]
     for key, hint in HINTS.items():
         if (rejections.get(key) or failures.get(key)) and hint not in plan.hints:
-            edits.append("hint:" + hint)
+            edits.append(Hint(line=hint))
     return edits
 
 
-def _apply(domain: Domain, plan: PlanPair, edit: str) -> Slice:
+def _apply(domain: Domain, plan: PlanPair, edit: Edit) -> Slice:
     sl = Slice(**vars(plan.slice))
     sl.tools = list(sl.tools)
-    if edit == "simplify":
+    if isinstance(edit, Simplify):
         sl.intent, sl.tools = "change", sl.tools[:1]
-    elif edit == "harder":  # a pair that starts with this tool, another tool second where the domain has one
+    elif isinstance(edit, Harder):  # a pair that starts with this tool, another tool second where the domain has one
         pairs = [t for i, t in tool_patterns(domain) if i == "multi_change" and t[0] == sl.tools[0]]
         sl.intent, sl.tools = "multi_change", (sorted(pairs, key=lambda t: t[1] == t[0])[0] if pairs
                                                else sl.tools + sl.tools[:1])
-    elif edit.startswith("switch:"):
-        tools = edit.split(":", 1)[1].split(">")
-        sl.tools = tools
-        sl.intent = dict((">".join(t), i) for i, t in tool_patterns(domain)).get(">".join(tools), sl.intent)
-    elif edit.startswith("persona:"):
-        sl.persona = edit.split(":", 1)[1]
+    elif isinstance(edit, SwitchTools):
+        sl.tools = list(edit.tools)
+        sl.intent = dict((">".join(t), i) for i, t in tool_patterns(domain)).get(">".join(edit.tools), sl.intent)
+    elif isinstance(edit, Persona):
+        sl.persona = edit.persona
     return sl
 
 
@@ -130,16 +132,16 @@ def reflect(domain: Domain, plans: list[PlanPair], stats_by_plan: dict[str, dict
             rejections=json.dumps(dict(st["rejections"])) or "none",
             failures=json.dumps(dict(st["failures"])) or "none",
             examples=" | ".join(examples.get(plan.id, [])[:2])[:500] or "none", patterns=evidence)
-        edit = edits[chooser.choose(msgs, edits, what=f"reflect {plan.id}")]
+        edit = edits[chooser.choose(msgs, [e.text() for e in edits], what=f"reflect {plan.id}")]
         new = PlanPair(id=plan.id, slice=_apply(domain, plan, edit), synthesis=plan.synthesis,
                        evaluation=plan.evaluation, hints=list(plan.hints), history=list(plan.history))
         coverage[">".join(plan.slice.tools)] -= 1
         coverage[">".join(new.slice.tools)] += 1
-        if edit.startswith("hint:"):
-            new.hints.append(edit.split(":", 1)[1])
-        if edit != "keep" and not edit.startswith("hint:"):
+        if isinstance(edit, Hint):
+            new.hints.append(edit.line)
+        if not isinstance(edit, (Keep, Hint)):
             rewritten = chooser.write(prompts.render("reflector_rewrite", synthesis=plan.synthesis,
-                                                     edit=f"{edit}; new slice: {new.slice.describe()}"),
+                                                     edit=f"{edit.text()}; new slice: {new.slice.describe()}"),
                                       60, what=f"rewrite {plan.id}")
             new.synthesis = rewritten or f"Tasks where the customer needs: {new.slice.describe()}."
         new.history.append({"round": round_idx, "edit": edit, "options": len(edits),

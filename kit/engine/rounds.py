@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Optional
 
 from kit.engine.plans import diversity
-from kit.engine.records import CommittedUnit
+from kit.engine.records import Check, CommittedUnit
 from kit.engine.store import atomic_write
 
-REJECT_CHECKS = ("synthesis", "gold_runs", "changes_state", "grounded_args", "held_out", "policy", "gold_reward",
-                 "checker_strength", "llm_judge")
+REJECT_CHECKS = tuple(c.value for c in Check)  # rounds.csv's reject_<check> columns, in order
 FAILURE_LABELS = ("task", "agent", "user", "undetermined")
 
 
@@ -69,16 +68,11 @@ class RoundRow:
 ROUND_COLUMNS = [f.name for f in fields(RoundRow)]
 
 
-def _first_reasons(props: list[dict]) -> list[dict]:
-    """The first reason of each rejected proposal (the one that decided it)."""
-    return [p["reasons"][0] for p in props if not p["accepted"] and p["reasons"]]
-
-
 def round_stats(r: int, plans: list, units: list[CommittedUnit]) -> RoundRow:
     """Round `r`'s row of rounds.csv from its plans and its committed units."""
     props = [p for u in units for p in u.proposals]
     trajs = [t for u in units for t in u.trajectories]
-    rej = Counter(reason["check"] for reason in _first_reasons(props))
+    rej = Counter(why.check for u in units for _, why in u.rejections())
     labels = Counter(f["label"] for u in units for f in u.failures)
     rewards = [t["meta"].get("reward", 0.0) for t in trajs]
     accepted = sum(p["accepted"] for p in props)
@@ -87,7 +81,7 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit]) -> RoundRow:
         accepted=accepted, acceptance_rate=round(accepted / max(len(props), 1), 4),
         sft_pool=sum(u.summary.get("sft_pool", 0) for u in units), rl_pool=sum(u.summary.get("rl_pool", 0) for u in units),
         repaired=sum(bool(p["repairs"]) for p in props),
-        **{f"reject_{k}": rej.get(k, 0) for k in REJECT_CHECKS},
+        **{f"reject_{c.value}": rej.get(c, 0) for c in Check},
         fidelity_templated=sum(any(str(x).startswith("fidelity:") for x in p["repairs"]) for p in props),
         episodes=len(trajs), pass_rate=round(sum(rewards) / len(rewards), 4) if rewards else None,
         **{f"failures_{k}": labels.get(k, 0) for k in FAILURE_LABELS},
@@ -105,6 +99,7 @@ def plan_feedback(plans: list, units: list[CommittedUnit]) -> tuple[dict, dict, 
     """What the reflector reads about a round: per plan its counts (stats) and its rejection and
     failure lines (examples); per tool pattern its (accepted, proposals)."""
     props = [p for u in units for p in u.proposals]
+    rejected = [(p, why) for u in units for p, why in u.rejections()]
     fails = [f for u in units for f in u.failures]
     trajs = [t for u in units for t in u.trajectories]
     stats, examples = {}, {}
@@ -112,13 +107,12 @@ def plan_feedback(plans: list, units: list[CommittedUnit]) -> tuple[dict, dict, 
         mine = [p for p in props if p["plan_id"] == plan.id]
         ids = {p["task_id"] for p in mine}
         pf = [f for f in fails if f["task_id"] in ids]
-        rj = Counter(reason["check"] if reason["check"] != "synthesis" else (reason["detail"] or "").split(":")[0]
-                     for reason in _first_reasons(mine))
+        whys = [why for p, why in rejected if p["plan_id"] == plan.id]
+        rj = Counter(why.category for why in whys)  # Check or SynthesisFailure
         stats[plan.id] = {"proposals": len(mine), "accepted": sum(p["accepted"] for p in mine),
                           "rejections": rj, "failures": Counter(f["label"] for f in pf),
                           "episodes": sum(1 for t in trajs if (t.get("task_id") or "") in ids)}
-        examples[plan.id] = ([f"{p['reasons'][0]['check']}: {(p['reasons'][0]['detail'] or '')[:120]}"
-                              for p in mine if not p["accepted"]]
+        examples[plan.id] = ([f"{why.check}: {why.message()[:120]}" for why in whys]
                              + [f"{f['label']}/{f['rule']}: {f['evidence'][:100]}" for f in pf])
     patterns: dict[str, tuple[int, int]] = {}
     for plan in plans:

@@ -39,7 +39,7 @@ from kit.engine.config import EngineConfig
 from kit.engine.plans import load_plans, meta_plan, save_plans
 from kit.engine.prompts import Prompts
 from kit.engine.pools import task_pool
-from kit.engine.records import CommittedUnit, Episode, UnitResult
+from kit.engine.records import Check, CommittedUnit, Episode, Rejection, UnitResult
 from kit.engine.reflect import reflect
 from kit.engine.rounds import RoundRow, plan_feedback, round_stats, write_rounds_csv
 from kit.engine.store import RunStore, atomic_write, unit_id
@@ -193,9 +193,9 @@ class Engine:
                             max_repairs=self.cfg.max_repairs, repair_scenario=self.cfg.repair_scenario)
         return chooser, synth
 
-    def _validate(self, plan, prop, chooser: Chooser) -> tuple[Optional[CheckedTask], list[dict]]:
+    def _validate(self, plan, prop, chooser: Chooser) -> tuple[Optional[CheckedTask], list[Rejection]]:
         if prop.task is None:
-            return None, [{"check": "synthesis", "detail": prop.failure}]
+            return None, [prop.failure]
         if not self.cfg.validation:
             code = state_checker_source(self.domain, prop.task)
             return CheckedTask(task=prop.task, checker=Checker(code=code, origin="codegen:gold_state")), []
@@ -208,7 +208,7 @@ class Engine:
         if self.cfg.llm_judge:
             ok, decision = llm_judgment(chooser, self.prompts, plan, prop.task, self.cfg.judge_threshold)
             if not ok:
-                return None, [{"check": "llm_judge", "detail": f"model judged the task off-plan (P(no)={decision['p_no']})"}]
+                return None, [Rejection(Check.LLM_JUDGE, f"model judged the task off-plan (P(no)={decision['p_no']})")]
         return rec, []
 
     def _run_unit(self, r: int, p: int, plan) -> UnitResult:
@@ -221,7 +221,7 @@ class Engine:
             prop = synth.propose(plan, unit, a, f"syn-{unit}-a{a}", seed=_seed(self.cfg.seed, r, p, a))
             rec, reasons = self._validate(plan, prop, chooser)
             row = prop.record()
-            row.update({"round": r, "accepted": rec is not None, "reasons": reasons})
+            row.update({"round": r, "accepted": rec is not None, "reasons": [why.to_json() for why in reasons]})
             if rec is None and prop.task is not None:  # a rejected task is nowhere else: its scenario and gold
                 row["task"] = json.loads(prop.task.model_dump_json(exclude_none=True))
             proposals.append(row)

@@ -52,6 +52,7 @@ from typing import Any, Optional
 from kit.engine.choice import Chooser, option_text
 from kit.engine.plans import GENERIC_TOOLS, PlanPair, lookup_param
 from kit.engine.prompts import Prompts
+from kit.engine.records import Check, Rejection, SynthesisFailure
 from kit.envs.domain import Domain
 
 from kit.envs.worlds import free_text_template, sample_world
@@ -91,7 +92,7 @@ class Proposal:
     task: Optional[Task] = None
     explored: list[dict] = field(default_factory=list)
     repairs: list[str] = field(default_factory=list)
-    failure: Optional[str] = None  # why no task could be built at all
+    failure: Optional[Rejection] = None  # why no task could be built at all (Check.SYNTHESIS)
     gold_state_hash: Optional[str] = None
     state_changed: Optional[bool] = None
     decisions: list[dict] = field(default_factory=list)
@@ -100,7 +101,8 @@ class Proposal:
     def record(self) -> dict:
         return {"unit": self.unit, "attempt": self.attempt, "plan_id": self.plan_id,
                 "task_id": self.task.id if self.task else None, "explored": self.explored,
-                "repairs": self.repairs, "failure": self.failure, "gold_state_hash": self.gold_state_hash,
+                "repairs": self.repairs, "failure": self.failure.message() if self.failure else None,
+                "gold_state_hash": self.gold_state_hash,
                 "state_changed": self.state_changed, "decisions": self.decisions,
                 "fidelity": self.fidelity}
 
@@ -351,7 +353,8 @@ class Synthesizer:
                         continue
                     v = free_text_template(self.domain.name, p, rng)
                     if v is None:
-                        raise _NoTask(f"free_value: no usable value for {tool}.{p} in {FREE_VALUE_TRIES} tries ({problem})")
+                        raise _NoTask(SynthesisFailure.FREE_VALUE,
+                                      f"no usable value for {tool}.{p} in {FREE_VALUE_TRIES} tries ({problem})")
                     self.notes.append(f"fidelity: {tool}.{p} ({problem}) -> template")
                 src = None
             args[p] = v
@@ -367,7 +370,7 @@ class Synthesizer:
         try:
             self._propose(plan, prop, task_id, rng)
         except _NoTask as e:
-            prop.failure = str(e)
+            prop.failure = Rejection(Check.SYNTHESIS, e.detail, cause=e.cause)
         prop.decisions = self.chooser.log[log_start:]
         return prop
 
@@ -394,7 +397,7 @@ class Synthesizer:
         for c in gold:
             obs = env.execute(c.name, dict(c.arguments), "assistant")
             if obs.error:
-                raise _NoTask(f"gold_action_error: {c.render()}: {obs.content[:160]}")
+                raise _NoTask(SynthesisFailure.GOLD_ACTION_ERROR, f"{c.render()}: {obs.content[:160]}")
         prop.gold_state_hash = env.state_hash()
         prop.state_changed = prop.gold_state_hash != before
         scenario, phrasing, ask_for = self._scenario(plan, prop, gold, facts, request)
@@ -418,19 +421,19 @@ class Synthesizer:
         env = self.domain.fork(self.start)
         opts = self._read_options(pool, set(), rng, only=tool)
         if not opts:
-            raise _NoTask(f"no_arguments: no values seen for the arguments of {tool}")
+            raise _NoTask(SynthesisFailure.NO_ARGUMENTS, f"no values seen for the arguments of {tool}")
         msgs = self.prompts.render("synth_explore", domain=self.domain.name, synthesis=plan.synthesis,
                                    hints=plan.hints, so_far="; ".join(c.render() for c in explored) or "none")
         call = self._run_read(env, opts[self.chooser.choose(msgs, [c.render() for c in opts], what="lookup call")],
                               Pool(), 0)
         if call.error:
-            raise _NoTask(f"gold_action_error: {call.render()}: {call.content[:160]}")
+            raise _NoTask(SynthesisFailure.GOLD_ACTION_ERROR, f"{call.render()}: {call.content[:160]}")
         facts = Pool()
         facts.walk(call.output, 0)
         values = [(k, v) for k, slot in facts.values.items() for v, _ in slot.values()
                   if isinstance(v, (str, int, float)) and len(str(v)) <= 60]
         if not values:
-            raise _NoTask(f"nothing_to_tell: {call.render()} returned no scalar value")
+            raise _NoTask(SynthesisFailure.NOTHING_TO_TELL, f"{call.render()} returned no scalar value")
         rng.shuffle(values)
         values = values[:MAX_OPTIONS]
         msgs = self.prompts.render("synth_info", tool=call.name, output=call.content[:600])
@@ -457,7 +460,7 @@ class Synthesizer:
             for p, v in args.items():
                 if p not in (fixed or {}):
                     banned.setdefault(p, set()).add(json.dumps(v))
-        raise _NoTask(f"write_failed: {tool} failed after {self.max_repairs} repairs ({problem})")
+        raise _NoTask(SynthesisFailure.WRITE_FAILED, f"{tool} failed after {self.max_repairs} repairs ({problem})")
 
     def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict]:
         writes: list[Call] = []
@@ -481,21 +484,21 @@ class Synthesizer:
         read, write = plan.slice.tools[0], plan.slice.tools[-1]
         param = lookup_param(self.domain, read, write)
         if param is None:
-            raise _NoTask(f"no_lookup: {write} has no id argument that {read} returns")
+            raise _NoTask(SynthesisFailure.NO_LOOKUP, f"{write} has no id argument that {read} returns")
         opts = self._read_options(pool, set(), rng, only=read)
         if not opts:
-            raise _NoTask(f"no_arguments: no values seen for the arguments of {read}")
+            raise _NoTask(SynthesisFailure.NO_ARGUMENTS, f"no values seen for the arguments of {read}")
         msgs = self.prompts.render("synth_explore", domain=self.domain.name, synthesis=plan.synthesis,
                                    hints=plan.hints, so_far="; ".join(c.render() for c in explored) or "none")
         call = self._run_read(self.domain.fork(self.start),
                               opts[self.chooser.choose(msgs, [c.render() for c in opts], what="lookup call")], Pool(), 0)
         if call.error:
-            raise _NoTask(f"gold_action_error: {call.render()}: {call.content[:160]}")
+            raise _NoTask(SynthesisFailure.GOLD_ACTION_ERROR, f"{call.render()}: {call.content[:160]}")
         if call.arguments:  # a search by what the customer knows (an email, a phone number): its arguments
             found = call.output if isinstance(call.output, (str, int)) else next(
                 (i for i, _, _ in named_records(call.output, param, unique=False)), None)
             if found is None:
-                raise _NoTask(f"nothing_to_look_up: {call.render()} returned no {param}")
+                raise _NoTask(SynthesisFailure.NOTHING_TO_LOOK_UP, f"{call.render()} returned no {param}")
             rid, identity = found, dict(call.arguments)
         else:  # a listing: the customer names a record of it
             named = named_records(call.output, param)
@@ -504,7 +507,8 @@ class Synthesizer:
             base = _base_keys(self.domain)
             named = [n for n in named if str(n[0]) not in base] or named
             if not named:
-                raise _NoTask(f"nothing_to_look_up: {call.render()} returned no {param} with a unique name or email")
+                raise _NoTask(SynthesisFailure.NOTHING_TO_LOOK_UP,
+                              f"{call.render()} returned no {param} with a unique name or email")
             rng.shuffle(named)
             named = named[:MAX_OPTIONS]
             msgs = self.prompts.render("synth_argument", domain=self.domain.name, synthesis=plan.synthesis, tool=write,
@@ -617,4 +621,8 @@ def _unbanned(options: list, banned: set) -> list:
 
 
 class _NoTask(Exception):
-    """The synthesizer could not build a task; the message is the structured reason."""
+    """The synthesizer could not build a task: why (typed) and the detail for people."""
+
+    def __init__(self, cause: SynthesisFailure, detail: str):
+        super().__init__(f"{cause}: {detail}")
+        self.cause, self.detail = cause, detail

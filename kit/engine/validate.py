@@ -1,6 +1,6 @@
 """The task validator: executable checks first, then the model's judgment.
 
-Checks, in order (every failing check becomes a structured reason `{"check", "detail"}`):
+Checks, in order (every failing check becomes a `Rejection`: its `Check` and a detail; kit/engine/records.py):
   gold_runs        every gold action executes without error from the initial state
   changes_state    a task with writes changes the database; a lookup has info to communicate
   grounded_args    every argument value of every gold action is stated in the user scenario
@@ -30,6 +30,7 @@ from kit.checkers.mutation import mutation_test
 from kit.engine.choice import Chooser
 from kit.engine.plans import PlanPair
 from kit.engine.prompts import Prompts
+from kit.engine.records import Check, Rejection
 from kit.envs.domain import Domain
 from kit.replay import gold_trajectory
 
@@ -62,8 +63,8 @@ def _scenario_text(task) -> str:
     return str(task.user_scenario).lower()
 
 
-def executable_checks(domain: Domain, task) -> list[dict]:
-    reasons: list[dict] = []
+def executable_checks(domain: Domain, task) -> list[Rejection]:
+    reasons: list[Rejection] = []
     crit = task.evaluation_criteria
     env = domain.fork(task)
     before = env.state_hash()
@@ -71,11 +72,11 @@ def executable_checks(domain: Domain, task) -> list[dict]:
     for a in crit.actions or []:
         for k, v in a.arguments.items():
             if str(v).lower() not in said:
-                reasons.append({"check": "grounded_args", "detail": f"{a.name}.{k}={v!r} is neither in the scenario "
-                                "nor returned by an earlier gold call"})
+                reasons.append(Rejection(Check.GROUNDED_ARGS, f"{a.name}.{k}={v!r} is neither in the scenario "
+                                         "nor returned by an earlier gold call"))
         obs = env.execute(a.name, dict(a.arguments), a.requestor)
         if obs.error:
-            reasons.append({"check": "gold_runs", "detail": f"{a.name}: {obs.content[:160]}"})
+            reasons.append(Rejection(Check.GOLD_RUNS, f"{a.name}: {obs.content[:160]}"))
             return reasons
         said += " " + obs.content.lower()
     from kit.eval.leak import gold_action_keys
@@ -83,34 +84,34 @@ def executable_checks(domain: Domain, task) -> list[dict]:
     mine = gold_action_keys(task)
     for eval_id, keys in evaluation_action_keys(domain).items():
         if keys <= mine:
-            reasons.append({"check": "held_out", "detail": "the gold actions contain the whole solution of "
-                            f"evaluation task {eval_id}: " + "; ".join(f"{k}({a})" for k, a in sorted(keys))})
+            reasons.append(Rejection(Check.HELD_OUT, "the gold actions contain the whole solution of "
+                                     f"evaluation task {eval_id}: " + "; ".join(f"{k}({a})" for k, a in sorted(keys))))
             break
     writes = [a for a in crit.actions or [] if domain.is_write_tool(a.name, a.requestor)]
     if writes and env.state_hash() == before:
-        reasons.append({"check": "changes_state", "detail": "the gold writes leave the database unchanged"})
+        reasons.append(Rejection(Check.CHANGES_STATE, "the gold writes leave the database unchanged"))
     if not writes and not crit.communicate_info:
-        reasons.append({"check": "changes_state", "detail": "no write and nothing to communicate"})
+        reasons.append(Rejection(Check.CHANGES_STATE, "no write and nothing to communicate"))
     transfer = _no_transfer(task)
     for why in ([transfer] if transfer else []) + domain.policy_violations(task):
-        reasons.append({"check": "policy", "detail": why})
+        reasons.append(Rejection(Check.POLICY, why))
     return reasons
 
 
-def make_checker(domain: Domain, task, sandbox=None) -> tuple[CheckedTask, list[dict]]:
+def make_checker(domain: Domain, task, sandbox=None) -> tuple[CheckedTask, list[Rejection]]:
     """The task's executable checker (criteria + generated state code) and its test results."""
     rec = CheckedTask(task=task, checker=Checker(code=state_checker_source(domain, task), origin="codegen:gold_state"))
     reasons = []
     v = run_checker(domain, rec, gold_trajectory(domain, task), sandbox)
     if v.reward != 1.0:
-        reasons.append({"check": "gold_reward", "detail": f"gold trajectory scores {v.reward}: {v.reason}"})
+        reasons.append(Rejection(Check.GOLD_REWARD, f"gold trajectory scores {v.reward}: {v.reason}"))
         return rec, reasons
     report = mutation_test(domain, rec, sandbox, keep_results=False)
     rec.checker.mutation_report = {"made": report.made, "must_reject": report.must_reject,
                                    "rejected": report.rejected, "slipped": len(report.slipped)}
     if report.slipped:
-        reasons.append({"check": "checker_strength", "detail": f"{len(report.slipped)} near-miss mutants slipped",
-                        "mutation_report": rec.checker.mutation_report})
+        reasons.append(Rejection(Check.CHECKER_STRENGTH, f"{len(report.slipped)} near-miss mutants slipped",
+                                 mutation_report=rec.checker.mutation_report))
     return rec, reasons
 
 

@@ -237,9 +237,10 @@ class Runner:
         StageFailed (with the log's tail) when any process fails."""
         import subprocess
 
-        from kit.runner.launch import FAILED, command
+        from kit.runner.launch import LaunchFailure, command, failure_file
 
         spec_file = sdir / f"{ps.id}.launch.json"
+        failure_file(spec_file).unlink(missing_ok=True)  # an earlier attempt's
         cmd, env = command(ps.launch, spec_file)
         mf.write_json(spec_file, {"params": injected, "launch": ps.launch, "command": cmd,
                                   "env": {k: v for k, v in env.items() if k != "PYTHONPATH"}})
@@ -266,10 +267,9 @@ class Runner:
                 raise
         if rc == 0:
             return
+        failure = LaunchFailure.read(failure_file(spec_file))  # what the first failing process wrote
+        msg = failure.text() if failure else f"accelerate launch exited with status {rc}"
         text = log.read_text(encoding="utf-8", errors="replace")
-        failed = [line[len(FAILED):].strip() for line in text.splitlines() if line.startswith(FAILED)]
-        msg = failed[0] if failed else f"accelerate launch exited with status {rc}"
-        ename = msg.split(":", 2)[1].strip() if failed and msg.count(":") >= 2 else None
         tail = "\n".join(text.rstrip().splitlines()[-25:])
         wall = round(time.perf_counter() - t1, 1)
         entry.update(status="failed", finished=mf.now(), wall_s=wall, error=msg[:2000])
@@ -279,7 +279,7 @@ class Runner:
         m["status"], m["failed_stage"] = "failed", ps.key
         self._write_manifest(m)
         res.failed, res.manifest, res.wall_s = ps.key, m, time.perf_counter() - t0
-        raise StageFailed(ps.key, log, msg, user_error=ename in stage_user_error_names(), tail=tail)
+        raise StageFailed(ps.key, log, msg, user_error=bool(failure and failure.user_error), tail=tail)
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> RunResult:

@@ -14,6 +14,10 @@ runner's fields), builds the same stage Config through kit.runner.stage.begin an
 The notebook stays the single-process driver of the same code; a launched stage has no executed
 notebook, its log instead.
 
+A process that fails writes <id>.failure.json in the stage folder (`LaunchFailure`: the exception's
+class, its first line, whether it is a user error; the first process to fail writes it), and prints
+a `[kit.runner.launch] FAILED` line into the log for people; the runner reads the JSON.
+
 What a stage's run(config, st) must keep to run under launch:
   - every process calls it with the same config and takes part in the collective work (training);
   - files under st.out_dir are written by the main process only (`st.is_main`, env RANK 0),
@@ -40,9 +44,59 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-# the line a failing process prints last (kit/runner/execute.py reads the error from it)
+from pydantic import BaseModel
+
+# the line a failing process prints last, for people reading the log (the runner reads <id>.failure.json)
 FAILED = "[kit.runner.launch] FAILED"
 KIT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class LaunchFailure(BaseModel):
+    """How a process of a launched stage failed, as it wrote it (<id>.failure.json)."""
+
+    error: str                # the exception's class name
+    message: str              # its first line
+    user_error: bool          # a kit.errors user error (a bad input, a missing file): `kit run` exits 2
+    rank: int = 0
+    world: int = 1
+
+    def text(self) -> str:
+        return f"process {self.rank} of {self.world}: {self.error}: {self.message}"
+
+    @classmethod
+    def of(cls, e: BaseException, rank: int = 0, world: int = 1) -> "LaunchFailure":
+        from kit.errors import is_user_error
+
+        return cls(error=type(e).__name__, message=(str(e).strip().splitlines() or [""])[0],
+                   user_error=is_user_error(e), rank=rank, world=world)
+
+    def write(self, path: Path) -> bool:
+        """Write to `path` unless a failure is there already (the first process to fail tells why
+        the launch failed: the others often fail because it did). True when written."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(self.model_dump_json(indent=1), encoding="utf-8")
+        try:
+            os.link(tmp, path)  # atomic, and refuses an existing file
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    @classmethod
+    def read(cls, path: Path) -> Optional["LaunchFailure"]:
+        """The failure a launched process wrote, or None (none failed, or one died without writing)."""
+        try:
+            return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+
+def failure_file(spec_file: str | Path) -> Path:
+    """<stage folder>/<id>.failure.json for <stage folder>/<id>.launch.json."""
+    spec = Path(spec_file)
+    return spec.with_name(spec.name.removesuffix(".launch.json").removesuffix(".json") + ".failure.json")
 
 
 def command(launch: dict, spec_file: str | Path) -> tuple[list[str], dict[str, str]]:
@@ -89,8 +143,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         st.finish(out)
     except BaseException as e:  # the others are stopped by the launcher (torchrun) when this one exits
         traceback.print_exc()
-        first = (str(e).strip().splitlines() or [""])[0]
-        print(f"{FAILED} process {rank} of {world}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+        failure = LaunchFailure.of(e, rank, world)
+        try:
+            failure.write(failure_file(argv[0]))
+        except Exception as why:  # the log line below still tells people
+            print(f"[kit.runner.launch] could not write {failure_file(argv[0])}: {why}", file=sys.stderr)
+        print(f"{FAILED} {failure.text()}", file=sys.stderr, flush=True)
         return 1
     _close_process_group()
     return 0

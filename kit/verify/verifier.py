@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel, Field
 
+from kit.checkers.status import CheckStatus
 from kit.envs.domain import Domain
 from kit.trajectory import Trajectory
 from kit.verify.actions import check_actions
@@ -42,7 +43,7 @@ class Verdict(BaseModel):
     error: Optional[str] = None
     # set when a task's checker adds model-written code to the criteria (kit/checkers/checker.py)
     criteria_reward: Optional[float] = None  # the criteria's reward before the code ran
-    code_status: Optional[str] = None  # ok | rejected | timeout | limit | error (kit.checkers.sandbox)
+    code_status: Optional[CheckStatus] = None  # the sandboxed code's status (kit/checkers/status.py)
     code_passed: Optional[bool] = None
 
     @property
