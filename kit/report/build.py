@@ -558,14 +558,10 @@ def display_report(rep: Report) -> None:
 # ----- comparing finished runs -------------------------------------------------------------------
 
 
-def build_comparison(run_dirs: list[str | Path], report_dir: str | Path, title: Optional[str] = None,
-                     ci: float = 0.95, bootstrap: int = 2000) -> Report:
-    """One report over several finished runs that did not come from one ablation recipe (`kit
-    compare`): pass^k with intervals, paired differences of evaluations across runs on the same tasks,
-    engine yield, SFT and GRPO curves side by side. Each run is an
-    'arm' named by its run id; its stages are keyed `<run id>/<stage key>`."""
-    out = Path(report_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def merge_runs(run_dirs: list[str | Path]) -> tuple[dict, list[dict], list]:
+    """Several run folders as one report's data (`kit compare`, `kit results` across runs): each run is an
+    arm named by its run id (numbered when two share one), its stages keyed `<run id>/<stage key>` and its
+    evaluations labelled `<run id>: <label>`. Returns (merged data, one row per run, public path prefixes)."""
     merged: dict[str, Any] = {"manifest": {}, "engine": [], "sft": [], "grpo": [], "evals": [], "warnings": []}
     runs, subs = [], []
     for d in map(run_folder, run_dirs):
@@ -585,6 +581,18 @@ def build_comparison(run_dirs: list[str | Path], report_dir: str | Path, title: 
                                      "summary": {**x["summary"], "label": f"{rid}: {label}"}})
         merged["warnings"] += [{**w, "stage": f"{rid}/{w['stage']}"} for w in data["warnings"]]
         subs += public_paths(d)
+    return merged, runs, subs
+
+
+def build_comparison(run_dirs: list[str | Path], report_dir: str | Path, title: Optional[str] = None,
+                     ci: float = 0.95, bootstrap: int = 2000) -> Report:
+    """One report over several finished runs that did not come from one ablation recipe (`kit
+    compare`): pass^k with intervals, paired differences of evaluations across runs on the same tasks,
+    engine yield, SFT and GRPO curves side by side. Each run is an
+    'arm' named by its run id; its stages are keyed `<run id>/<stage key>`."""
+    out = Path(report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    merged, runs, subs = merge_runs(run_dirs)
     title = title or "comparison: " + ", ".join(r["run"] for r in runs)
     sections, figures = [Section("Runs")], []
     sections[0].text("Runs compared side by side; each one's own report has its details. Numbers are comparable "

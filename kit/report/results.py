@@ -75,6 +75,19 @@ def run_section(run_dir: str | Path, n_boot: int = 2000) -> list[str]:
     return lines
 
 
+def across_section(run_dirs: list, n_boot: int = 2000) -> list[str]:
+    """Paired differences of evaluations of different runs on the same tasks (what `kit compare` pairs)."""
+    from kit.report.build import merge_runs
+    from kit.report.paired import paired_rows
+
+    merged, _, _ = merge_runs(run_dirs)
+    diffs, _, _ = paired_rows(merged["evals"], n_boot, 0.95, across_runs=True)
+    if not diffs:
+        return []
+    return ["## Across runs", "", "Paired differences (same tasks, B − A; A from the run named first):", "",
+            *[f"- {d.summary_line()}" for d in diffs], ""]
+
+
 def results_page(run_dirs: Iterable[str | Path], n_boot: int = 2000) -> str:
     runs = list(run_dirs)
     lines = ["# Results", "",
@@ -82,4 +95,6 @@ def results_page(run_dirs: Iterable[str | Path], n_boot: int = 2000) -> str:
              "stage outputs (kit/report/results.py); rerun it after a run instead of editing this page.", ""]
     for r in runs:
         lines += run_section(r, n_boot)
+    if len(runs) > 1:
+        lines += across_section(runs, n_boot)
     return "\n".join(lines).rstrip() + "\n"
