@@ -145,11 +145,15 @@ def _record_cli_stage(st, out: str | None) -> None:
     if out is not None:
         return
     from kit.files import read_json, write_json
+    from kit.runner.manifest import environment, now
 
     path = CLI_RUN / "manifest.json"
     m = read_json(path) or {"run_id": "cli", "recipe": {"name": "cli", "path": None}, "stages": []}
+    env = environment()  # the latest command's: commit, tau2, machine (`kit results` and reports show them)
+    m.update(env, updated=now())
     entry = {"key": st.stage_id, "stage": st.stage, "id": st.stage_id, "arm": None, "status": "complete",
-             "dir": str(Path(st.out_dir).resolve()), "params": st.params}
+             "dir": str(Path(st.out_dir).resolve()), "params": st.params, "finished": now(),
+             "git_commit": (env.get("git") or {}).get("commit")}
     m["stages"] = [e for e in m.get("stages", []) if e.get("key") != entry["key"]] + [entry]
     write_json(path, m)
 

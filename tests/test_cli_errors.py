@@ -111,3 +111,24 @@ def test_kit_eval_without_out_writes_a_run_folder_that_view_and_compare_read(cap
     assert "create_task_1" in text or "task" in text.lower()
     assert main(["compare", "runs/cli", "runs/cli", "--out", str(tmp_path / "cmp")]) == 0
     assert "comparison: " in capsys.readouterr().out
+
+
+def test_the_cli_run_folder_records_commit_tau2_and_machine(tmp_path, monkeypatch):
+    """runs/cli's manifest says what produced it, as a recipe run's does (`kit results` showed 'commit ?,
+    tau2 ?, machine: not recorded' for two `kit eval` folders); the stage entry is a real Stage's."""
+    from kit._tau2 import TAU2_VERSION
+    from kit.cli import _record_cli_stage
+    from kit.files import read_json
+    from kit.report.results import results_page
+    from kit.runner.manifest import git_info
+    from kit.runner.stage import Stage
+
+    monkeypatch.chdir(tmp_path)
+    st = Stage("evaluate", {"label": "x"}, {"run_id": "cli", "stage_id": "evaluate", "out_dir": str(tmp_path / "runs/cli/evaluate"),
+                                           "run_dir": str(tmp_path / "runs/cli"), "fingerprint": "f" * 16})
+    _record_cli_stage(st, None)
+    m = read_json(tmp_path / "runs/cli/manifest.json")
+    assert m["tau2_version"] == TAU2_VERSION and m["hardware"]["cpus"] and m["updated"]
+    assert m["git"]["commit"] == git_info()["commit"] == m["stages"][0]["git_commit"]
+    page = results_page([tmp_path / "runs/cli"])
+    assert f"tau2 {TAU2_VERSION}" in page and "machine: not recorded" not in page
