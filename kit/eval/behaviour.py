@@ -112,9 +112,13 @@ def _rates(rewards: dict) -> dict[str, float]:
     return {t: sum(v) / len(v) for t, v in by.items()}
 
 
-def _script_of(dom, tasks: dict, trajs: dict, task_id: str) -> str:
-    s = Counter(episode_profile(dom, tasks.get(task_id), t)["script"] for k, t in trajs.items() if k[0] == task_id)
-    return "; ".join(f"{n}× {x}" if n > 1 else x for x, n in s.most_common(2))
+def _scripts_by_task(dom, tasks: dict, trajs: dict, wanted: set) -> dict[str, str]:
+    """{task id: its two most common scripts} for the tasks in `wanted`, one pass over the trajectories."""
+    by: dict[str, Counter] = {}
+    for k, t in trajs.items():
+        if k[0] in wanted:
+            by.setdefault(k[0], Counter())[episode_profile(dom, tasks.get(k[0]), t)["script"]] += 1
+    return {task: "; ".join(f"{n}× {x}" if n > 1 else x for x, n in c.most_common(2)) for task, c in by.items()}
 
 
 def changed_tasks(dom, tasks: dict, a: tuple[dict, dict], b: tuple[dict, dict], limit: int = 12) -> pd.DataFrame:
@@ -126,10 +130,12 @@ def changed_tasks(dom, tasks: dict, a: tuple[dict, dict], b: tuple[dict, dict], 
     ra, rb = _rates(a[1]), _rates(b[1])
     shared = sorted(set(ra) & set(rb))
     moved = sorted((t for t in shared if ra[t] != rb[t]), key=lambda t: (-abs(rb[t] - ra[t]), t))
+    moved = moved[:limit]
+    sa, sb = (_scripts_by_task(dom, tasks, arm[0], set(moved)) for arm in (a, b))
     rows = []
-    for t in moved[:limit]:
+    for t in moved:
         tags = task_tags(tasks[t]) if t in tasks else {}
         rows.append({"task": t, "shape": tags.get("shape"), "phrasing": tags.get("phrasing"),
                      "A pass": round(ra[t], 2), "B pass": round(rb[t], 2),
-                     "A calls": _script_of(dom, tasks, a[0], t), "B calls": _script_of(dom, tasks, b[0], t)})
+                     "A calls": sa.get(t, ""), "B calls": sb.get(t, "")})
     return pd.DataFrame(rows)
