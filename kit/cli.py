@@ -284,7 +284,8 @@ def _cmd_bench_grpo(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     res = bench_grpo(args.group, args.tasks_per_step, args.steps, args.max_new_tokens, args.max_messages,
                      args.model, args.user_model, args.domain, args.split, args.tasks_file, args.filter_mode,
-                     args.seed, pack_turns=not args.no_pack, micro_batch_size=args.micro_batch)
+                     args.seed, pack_turns=not args.no_pack, micro_batch_size=args.micro_batch,
+                     micro_batch_tokens=args.micro_batch_tokens)
     print(f"{res.settings['n_tasks']} tasks ({res.settings['tasks']}), group {args.group} x {args.tasks_per_step} "
           f"tasks per step, {args.max_new_tokens} new tokens, {args.max_messages} messages, filter "
           f"{args.filter_mode}; loaded in {res.load_s:.1f} s")
@@ -549,6 +550,8 @@ def build_parser() -> argparse.ArgumentParser:
     bg.add_argument("--seed", type=int, default=0)
     bg.add_argument("--no-pack", action="store_true", help="one row per turn (default: an episode's turns packed)")
     bg.add_argument("--micro-batch", type=_at_least_one, default=4, help="rows per forward/backward")
+    bg.add_argument("--micro-batch-tokens", type=_at_least_one, default=None,
+                    help="most padded tokens per forward/backward (bounds the update's memory; default: rows only)")
     bg.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     bg.add_argument("--out", default=None, help="write the numbers as JSON here")
     bg.set_defaults(fn=_cmd_bench_grpo)

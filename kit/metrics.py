@@ -33,6 +33,8 @@ LOSS = "loss"
 CLIP_FRAC = "clip_frac"
 GRAD_NORM = "grad_norm"
 STEP_TIME = "time/step_s"
+PEAK_RSS = "mem/peak_rss_gib"                # the trainer process's peak resident memory so far
+MICRO_BATCHES = "train/micro_batches"        # forward/backward passes of the update
 
 # --- SFT --------------------------------------------------------------------------------------------
 SFT_LOSS = "loss"
@@ -47,6 +49,7 @@ LABELS = {
     PASS1_BY_PHRASING: "pass^1 by phrasing",
     REWARD_MEAN: "reward (mean)",
     FILTERED_FRAC: "filtered frac",
+    PEAK_RSS: "peak RSS GiB",
 }
 
 
@@ -77,3 +80,14 @@ def start_wandb(project: str, group: str, job_type: str, name: str, folder: str,
                           reinit="finish_previous"), None
     except Exception as e:  # noqa: BLE001 -- any failure of an optional tracker
         return None, f"{type(e).__name__}: {e}"
+
+
+def peak_rss_gib() -> float | None:
+    """Peak resident memory of this process so far (a stage's kernel, a trainer), GiB (None where unknown)."""
+    try:
+        import resource
+
+        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        return round(kib / 2**20, 2)
+    except (ImportError, OSError):  # pragma: no cover -- not Linux
+        return None

@@ -44,6 +44,7 @@ adv_scope = 'group'  # Advantage normalisation: 'group' (paper) or 'batch' (publ
 resample_budget = 16  # Extra tasks a step may draw to replace filtered groups; then it trains on what it kept.
 minibatches = 1  # Optimizer steps per batch (PPO minibatches); > 1 computes old log-probs once up front.
 micro_batch_size = 4  # Rows per forward/backward; gradients accumulate over a minibatch's micro-batches.
+micro_batch_tokens = None  # Most padded tokens (rows x longest row) per forward/backward: a micro-batch takes up to micro_batch_size rows and stops before this budget (a longer row runs alone). Bounds the update's activation memory, which grows with the tokens of a micro-batch; None: rows only.
 temperature = 1.0  # Rollout sampling temperature (paper: 1.0; evaluation uses 0.6).
 top_p = 1.0  # Rollout nucleus sampling.
 top_k = 0  # Rollout top-k; 0: none. The loss scores sampled tokens under the full softmax, so rollouts sample from it too (a cut makes them off-policy).

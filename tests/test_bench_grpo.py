@@ -46,7 +46,8 @@ def test_totals_sum_the_steps_and_episodes_per_second_is_over_the_step_time():
         (3.0, 1.0, 6.0, 12, 10, 300)
     assert total.episodes_per_s == 2.0 and a.episodes_per_s == 2.0
     assert b.line() == ("step 1: rollout 1.00 s, score 0.50 s, update 0.00 s, step 2.00 s; 4 episodes, "
-                        "2.00 episodes/s; 0 turns in 0 rows, 0 tokens trained SKIPPED: all_groups_filtered")
+                        "2.00 episodes/s; 0 turns in 0 rows (0 passes), 0 tokens trained; peak RSS 0.00 GiB SKIPPED: "
+                        "all_groups_filtered")
 
 
 def test_tasks_come_from_the_split_or_a_checked_task_file(tmp_path):

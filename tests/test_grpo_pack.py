@@ -106,3 +106,40 @@ def test_the_update_gives_the_same_gradient_packed_or_per_turn(episodes, tokeniz
         assert failed is None
         grads[pack] = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert torch.allclose(grads[True], grads[False], rtol=1e-4, atol=1e-7)
+
+
+def test_micro_batches_stop_at_the_token_budget():
+    from kit.train.grpo_update import micro_batches
+
+    rows = [Row(ids=[1] * n, mask=[1] * n, advantage=0.0, group=0) for n in (10, 20, 30, 40, 100)]
+    lengths = lambda mbs: [[len(r.ids) for r in mb] for mb in mbs]  # noqa: E731
+    assert lengths(micro_batches(rows, 4)) == [[10, 20, 30, 40], [100]]
+    # padded tokens = rows x longest: 10+20 -> 2 x 20 = 40; adding 30 would be 3 x 30 = 90 > 60
+    assert lengths(micro_batches(rows, 4, tokens=60)) == [[10, 20], [30], [40], [100]]  # 100 alone, over budget
+    assert lengths(micro_batches(rows, 2, tokens=1000)) == [[10, 20], [30, 40], [100]]
+    assert lengths(micro_batches([], 4, tokens=60)) == []
+
+
+@pytest.mark.slow
+def test_a_token_budget_splits_micro_batches_without_changing_the_gradient(episodes, tokenizer):
+    from accelerate import Accelerator
+
+    from kit.train.grpo_update import ppo_update
+
+    tr, trajs = episodes
+    rows = []
+    for gi, traj in enumerate(trajs):
+        rs, _ = trajectory_rows(tr.backend, traj, tr.system, tr.tools, 0.5 - gi * 0.3, 0, pack=True)
+        rows += rs
+    grads, passes = {}, {}
+    for budget in (None, 16):  # 16 tokens: every row runs alone
+        model = tiny_llama(tokenizer)
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        acc = Accelerator(cpu=True)
+        cfg = GRPOConfig(micro_batch_size=4, micro_batch_tokens=budget, max_grad_norm=1e9, print_metrics=False)
+        m, failed = ppo_update(model, opt, acc, Processes(acc), rows, cfg, tokenizer.pad_token_id, random.Random(0))
+        assert failed is None
+        grads[budget] = torch.cat([p.grad.flatten() for p in model.parameters()])
+        passes[budget] = m["train/micro_batches"]
+    assert len(rows) > 1 and passes[16] == len(rows) and passes[None] == -(-len(rows) // 4)
+    assert torch.allclose(grads[16], grads[None], rtol=1e-4, atol=1e-7)

@@ -46,6 +46,8 @@ class StepTimes:
     tokens: int
     skip_reason: str = ""
     turns: int = 0  # assistant turns trained (several per row when packed)
+    passes: int = 0  # forward/backward passes of the update (micro-batches)
+    peak_rss_gib: float = 0.0  # the process's peak resident memory at the step's end
 
     @property
     def episodes_per_s(self) -> float:
@@ -56,7 +58,8 @@ class StepTimes:
         skipped = f" SKIPPED: {self.skip_reason}" if self.skip_reason else ""
         return (f"{head}: rollout {self.rollout_s:.2f} s, score {self.score_s:.2f} s, update {self.update_s:.2f} s, "
                 f"step {self.step_s:.2f} s; {self.episodes} episodes, {self.episodes_per_s:.2f} episodes/s; "
-                f"{self.turns} turns in {self.rows} rows, {self.tokens} tokens trained{skipped}")
+                f"{self.turns} turns in {self.rows} rows ({self.passes} passes), {self.tokens} tokens trained; "
+                f"peak RSS {self.peak_rss_gib:.2f} GiB{skipped}")
 
     def to_json(self) -> dict:
         return {**asdict(self), "episodes_per_s": self.episodes_per_s}
@@ -68,13 +71,15 @@ class StepTimes:
                    update_s=m.get("time/update_s", 0.0), step_s=m[M.STEP_TIME],
                    episodes=int(m.get("proc/episodes", 0)), rows=int(m.get("train/rows", 0)),
                    tokens=int(m.get("train/tokens", 0)), skip_reason=m.get("skip_reason") or "",
-                   turns=int(m.get("train/turns", 0)))
+                   turns=int(m.get("train/turns", 0)), passes=int(m.get(M.MICRO_BATCHES, 0)),
+                   peak_rss_gib=float(m.get(M.PEAK_RSS) or 0.0))
 
     @classmethod
     def sum(cls, steps: list[StepTimes]) -> StepTimes:
         return cls(None, *(sum(getattr(s, f) for s in steps) for f in
                            ("rollout_s", "score_s", "update_s", "step_s", "episodes", "rows", "tokens")),
-                   turns=sum(s.turns for s in steps))
+                   turns=sum(s.turns for s in steps), passes=sum(s.passes for s in steps),
+                   peak_rss_gib=max((s.peak_rss_gib for s in steps), default=0.0))
 
 
 @dataclass
@@ -114,7 +119,8 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
                max_messages: int = 12, model: str | None = None, user_model: str = "embedded",
                domain: str = "mock", split: str = "heldout", tasks_file: str | None = None,
                filter_mode: str = "off", seed: int = 0, log: Callable[[str], None] | None = print,
-               pack_turns: bool = True, micro_batch_size: int = 4) -> GRPOBench:
+               pack_turns: bool = True, micro_batch_size: int = 4,
+               micro_batch_tokens: int | None = None) -> GRPOBench:
     """Build the trainer, run `steps` steps, and return each step's times (see the module doc); `log`
     gets one line per step as it ends."""
     import torch
@@ -138,7 +144,7 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
     cfg = GRPOConfig(train_steps=steps, group_size=group, tasks_per_step=tasks_per_step,
                      max_new_tokens=max_new_tokens, max_messages=max_messages, filter_mode=filter_mode,
                      resample_budget=0, user_model=user, seed=seed, print_metrics=False, pack_turns=pack_turns,
-                     micro_batch_size=micro_batch_size)
+                     micro_batch_size=micro_batch_size, micro_batch_tokens=micro_batch_tokens)
     trainer = GRPOTrainer(policy, tokenizer, tasks, cfg, domain=dom, reward_fn=checker_reward(dom, checked))
     _ = trainer.user  # the user simulator loads here, not inside the first step's rollout time
     load_s = time.perf_counter() - t0
@@ -153,7 +159,8 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
     settings = {"group": group, "tasks_per_step": tasks_per_step, "steps": steps, "max_new_tokens": max_new_tokens,
                 "max_messages": max_messages, "filter_mode": filter_mode, "seed": seed, "domain": domain,
                 "tasks": tasks_file or f"split:{split}", "n_tasks": len(tasks), "model": model or "embedded",
-                "user_model": user_model, "pack_turns": pack_turns, "micro_batch_size": micro_batch_size}
+                "user_model": user_model, "pack_turns": pack_turns, "micro_batch_size": micro_batch_size,
+                "micro_batch_tokens": micro_batch_tokens}
     machine = {"device": str(trainer.acc.device), "torch_threads": torch.get_num_threads(),
                "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                "python": platform.python_version(), "torch": torch.__version__}

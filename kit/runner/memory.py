@@ -15,7 +15,8 @@ The estimate, per training stage (sft_user, sft_agent, grpo) and per process (on
                  full: P x 12 (bf16/fp16) or P x 8 (fp32); LoRA: A x 12 (fp32 adapter copy + m + v)
                                                        (/ gpus under ZeRO-1, 2, 3)
     activations  tokens = rows per forward x row length (SFT: batch_size x max_seq_len; GRPO:
-                 micro_batch_size x max_seq_tokens, else the model's context length);
+                 micro_batch_size x max_seq_tokens, else the model's context length, capped by
+                 micro_batch_tokens where set);
                  no checkpointing: tokens x hidden x layers x 34 bytes (Korthikanti et al. 2022,
                  "Reducing Activation Recomputation", 34·s·b·h per layer in 16-bit with the attention
                  score term dropped: flash/SDPA attention); checkpointing: each layer's input kept
@@ -227,6 +228,8 @@ def estimate_stage(stage: str, p: dict, shape: Shape, hw: Hardware, key: str = "
         rows, length, ckpt = p.get("batch_size", 4), p.get("max_seq_len", 4096), p.get("gradient_checkpointing")
         field = "lora" if not lora else "max_seq_len"
     tokens = rows * length
+    if stage == "grpo" and p.get("micro_batch_tokens"):
+        tokens = min(tokens, max(p["micro_batch_tokens"], length))  # a row longer than the budget runs alone
     per_layer = tokens * shape.hidden * ACT_BYTES_PER_TOKEN_LAYER_HIDDEN
     acts = (tokens * shape.hidden * 2 * shape.layers + per_layer) if ckpt else per_layer * shape.layers
     acts += tokens * shape.vocab * 4

@@ -147,7 +147,7 @@ class Stage:
                 "run_id": self.run_id, "fingerprint": self.fingerprint, "params": self.params,
                 "outputs": outputs, "summary": summary or {}, "warnings": self.warnings,
                 "started": self.started, "finished": now(), "wall_s": round(time.perf_counter() - self._t0, 1),
-                "peak_rss_gib": peak_rss_gib()}
+                "peak_rss_gib": metrics.peak_rss_gib()}
         if self.world_size > 1:
             info["world_size"] = self.world_size  # processes of the accelerate launch (peak RSS: the main one's)
         if self._wandb is not None:
@@ -169,17 +169,6 @@ def process_rank() -> tuple[int, int]:
         return int(os.environ.get("RANK") or 0), int(os.environ.get("WORLD_SIZE") or 1)
     except ValueError:
         return 0, 1
-
-
-def peak_rss_gib() -> float | None:
-    """Peak resident memory of this process (the stage's kernel) so far, GiB (None where unknown)."""
-    try:
-        import resource
-
-        kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-        return round(kib / 2**20, 2)
-    except (ImportError, OSError):  # pragma: no cover -- not Linux
-        return None
 
 
 def begin(stage: str, namespace: dict) -> Stage:

@@ -259,6 +259,7 @@ class GRPOTrainer:
         if reason:
             m.update({"skipped": 1, "skip_reason": reason, f"skipped/{reason}": 1})
         m[M.STEP_TIME] = time.perf_counter() - t0
+        m[M.PEAK_RSS] = M.peak_rss_gib()  # this process's high-water mark so far (rollouts, probes, updates)
         m.update(self.procs.merge(m, _SUMMED, _EPISODE_MEANS))
         self._log(m)
         self.step_idx += 1

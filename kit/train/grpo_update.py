@@ -57,6 +57,25 @@ def placeholder_rows(pad_id: int, n: int) -> list[Row]:
     return [Row([pad_id] * 2, [0, 1], 0.0, -1) for _ in range(n)]
 
 
+def micro_batches(rows: list[Row], size: int, tokens: int | None = None) -> list[list[Row]]:
+    """`rows` (in order) cut into micro-batches of at most `size` rows and, with `tokens`, at most
+    `tokens` padded tokens (rows x the longest row's length): a row that alone exceeds the budget
+    runs alone. Rows sorted by length waste the least padding."""
+    out: list[list[Row]] = []
+    cur: list[Row] = []
+    longest = 0
+    for r in rows:
+        n = len(r.ids)
+        if cur and (len(cur) >= size or (tokens is not None and (len(cur) + 1) * max(longest, n) > tokens)):
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(r)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
+
+
 def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row], cfg: GRPOConfig, pad: int,
                rng: random.Random, ref: Any = None) -> tuple[dict, str | None]:
     """`cfg.minibatches` optimizer steps over `rows` (at least that many, the caller checks).
@@ -67,8 +86,7 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
     order = list(range(len(rows)))
     rng.shuffle(order)
     mbs = [sorted(order[i :: c.minibatches]) for i in range(c.minibatches)]
-    micro = [[[rows[j] for j in mb[s : s + c.micro_batch_size]] for s in range(0, len(mb), c.micro_batch_size)]
-             for mb in mbs]
+    micro = [micro_batches([rows[j] for j in mb], c.micro_batch_size, c.micro_batch_tokens) for mb in mbs]
     model.train()
     old = refs = None
     with torch.no_grad():
@@ -122,4 +140,7 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
         if key in out:
             out[key] /= max(tokens, 1.0)
     out["train/minibatches_applied"] = applied
+    out[M.MICRO_BATCHES] = sum(len(mb) for mb in micro)
+    out["train/micro_batch_tokens_max"] = max((len(mi) * max(len(r.ids) for r in mi) for mb in micro for mi in mb),
+                                              default=0)
     return out, None
