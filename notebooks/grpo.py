@@ -62,6 +62,7 @@ probe_k = 0  # Pass-rate curriculum (kit/train/grpo_curriculum.py): episodes per
 probe_every = 0  # Steps between probes; 0: only before the first step.
 band_min = 0.05  # Lowest probe pass rate a task may have to be drawn (default: drop tasks never solved).
 band_max = 0.8  # Highest probe pass rate a task may have to be drawn (default: drop tasks solved 13+ times of 16).
+band_balance = "task"  # How steps draw from the band: 'task' (every band task once per pass) or 'pattern' (every gold tool pattern, e.g. get_users > create_task, as often as the most common one: a band of four create tasks and one update task trains updates as often as creates).
 probe_batch = 32  # Episodes rolled out together by a probe or a learning-curve evaluation.
 eval_every = 0  # Learning curve (kit/train/grpo_curve.py): pass^1 of the current policy on `eval_split` before the first step, every this many steps and after the last; the best and the last policy are both saved. 0: off.
 eval_split = 'heldout_val'  # The learning curve's tasks: a split neither trained on nor the final test set (mock: 'heldout_val').

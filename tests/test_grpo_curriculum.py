@@ -81,3 +81,29 @@ def test_band_bounds_are_checked():
         small_cfg(probe_k=4, band_min=0.9, band_max=0.5)
     with pytest.raises(ValueError, match="eval_trials > 1 at eval_temperature 0"):
         small_cfg(eval_every=2, eval_trials=2)
+
+
+def test_pattern_balance_draws_every_gold_tool_pattern_equally():
+    """Hand-made tasks (only their ids and gold action names matter here)."""
+    from types import SimpleNamespace as NS
+
+    from kit.train.grpo_curriculum import balanced_by_pattern, gold_pattern
+    from kit.train.grpo_groups import TaskDraws
+
+    def task(i, *names):
+        return NS(id=f"t{i}", evaluation_criteria=NS(actions=[NS(name=n) for n in names]))
+
+    creates = [task(i, "get_users", "create_task") for i in range(4)]
+    update = task(9, "update_task_status")
+    band = creates[:2] + [update] + creates[2:]
+    assert gold_pattern(update) == "update_task_status" and gold_pattern(NS(id="x", evaluation_criteria=None)) == "no_actions"
+    out = balanced_by_pattern(band)
+    assert [t.id for t in out] == ["t0", "t1", "t2", "t3", "t9", "t9", "t9", "t9"]
+    draws = TaskDraws(out, seed=0)
+    first_pass = draws.draw(8)
+    assert sum(t is update for t in first_pass) == 4  # one pass: each pattern 4 times
+    state = draws.state_dict()
+    again = TaskDraws(out, seed=0)
+    again.load_state_dict(state)
+    assert [t.id for t in again.draw(5)] == [t.id for t in draws.draw(5)]
+    assert balanced_by_pattern([]) == []

@@ -81,7 +81,8 @@ class Curriculum:
                 "band_min": c.band_min, "band_max": c.band_max,
                 "mean_rate": sum(self.rates.values()) / max(len(self.rates), 1),
                 "probe_s": round(time.perf_counter() - t0, 2),
-                "rates": dict(self.rates), "band": [t.id for t in band]}
+                "rates": dict(self.rates), "band": [t.id for t in band],
+                "band_patterns": {p: sum(gold_pattern(t) == p for t in band) for p in sorted({gold_pattern(t) for t in band})}}
 
     def metrics(self, record: dict) -> dict:
         """The probe's numbers as step metrics (kit.metrics names)."""
@@ -99,3 +100,21 @@ class Curriculum:
         self.rates = dict(state.get("rates") or {})
         self.band = [by_id[i] for i in state.get("band") or [] if i in by_id] or list(self.tasks)
         self.last_probe = state.get("last_probe")
+
+
+def gold_pattern(task: Any) -> str:
+    """A task's gold tool pattern: its gold actions' names in order ("get_users > create_task"), or
+    "no_actions"."""
+    crit = getattr(task, "evaluation_criteria", None)
+    names = [a.name for a in (getattr(crit, "actions", None) or [])]
+    return " > ".join(names) or "no_actions"
+
+
+def balanced_by_pattern(tasks: list) -> list:
+    """`tasks` with every gold tool pattern's tasks cycled to the length of the most common pattern's
+    (order kept within a pattern): a pass over the result draws each pattern equally often."""
+    groups: dict[str, list] = {}
+    for t in tasks:
+        groups.setdefault(gold_pattern(t), []).append(t)
+    most = max((len(g) for g in groups.values()), default=0)
+    return [g[i % len(g)] for g in groups.values() for i in range(most)]
