@@ -46,7 +46,8 @@ from typing import Any, Optional
 from kit.runner import manifest as mf
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
-from kit.runner.stages import PRODUCES
+from kit.stages import contract, summarizes_run
+from kit.stages.contract import Produces
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 WANDB_PROJECT = "kit"
@@ -125,7 +126,7 @@ def _resolve(ps: PlannedStage, dirs: dict[str, Path], kinds: dict[str, str]) -> 
     params = dict(ps.params)
     for name, key in ps.refs.items():
         d = dirs[key]
-        params[name] = str(d / "model") if PRODUCES[kinds[key]] == "model" else str(d)
+        params[name] = str(d / "model") if contract(kinds[key]).produces == Produces.MODEL else str(d)
     return params
 
 
@@ -184,7 +185,7 @@ class Runner:
                 # the kit code the notebook reaches (kit/runner/codehash.py): changed code reruns the stage
                 "code": code_fingerprint(code, self.code_root) if code is not None else None,
                 "params": {k: (("@", fps[ps.refs[k]]) if k in ps.refs else v) for k, v in params.items()}}
-        if ps.stage == "report":
+        if summarizes_run(ps.stage):
             body["upstream"] = sorted(fps.values())
         if ps.launch:  # how it is launched (processes, accelerate config file's content) reruns it too
             cf = ps.launch.get("config_file")
@@ -220,11 +221,9 @@ class Runner:
         mf.write_json(self.manifest_path, m)
 
     def _record_models(self, m: dict, params: dict, ps: PlannedStage) -> None:
-        from kit.runner.stages import REFERENCE_FIELDS
-
-        for name, kind in REFERENCE_FIELDS[ps.stage].items():
+        for name, ref in contract(ps.stage).references.items():
             v = params.get(name)
-            if kind != "model" or not isinstance(v, str):
+            if ref.kind != Produces.MODEL or not isinstance(v, str):
                 continue
             try:
                 m["models"][v] = mf.describe_model(v)
@@ -325,7 +324,7 @@ class Runner:
                 continue
             dirs[ps.key], fps[ps.key] = sdir, fp
             by_fp[fp] = sdir
-            if ps.stage == "report":
+            if summarizes_run(ps.stage):
                 params["report_dir"] = params.get("report_dir") or str(self.reports_dir / self.run_id)
                 res.report_dir = Path(params["report_dir"])
             injected = {**params, "stage": ps.stage, "run_id": self.run_id, "stage_id": ps.id, "arm": ps.arm, "out_dir": str(sdir),
@@ -416,7 +415,7 @@ class Runner:
                          summary=info.get("summary"), warnings=info.get("warnings"))
             for w in info.get("warnings") or []:
                 self.say(f"[kit run] WARNING {ps.key}: {w}")
-            if PRODUCES[ps.stage] == "model" and (sdir / "model").is_dir():
+            if contract(ps.stage).produces == Produces.MODEL and (sdir / "model").is_dir():
                 try:
                     m["models"][str(sdir / "model")] = mf.describe_model(str(sdir / "model"))
                 except Exception as e:  # pragma: no cover
