@@ -33,7 +33,6 @@ from pathlib import Path
 
 from kit import metrics as M
 from kit.errors import USAGE_STATUS, BadInput, describe, is_user_error
-from kit.stages import config_class as _config
 from kit.stages.base import add_config_arguments, config_from_args
 
 
@@ -166,7 +165,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                               user_model=args.user_model or args.model or "embedded",
                               split=None if args.split == "all" else args.split,
                               training_data=args.training_data or [])
-    st = _stage_context("evaluate", config, args.out)
+    st = _stage_context(evaluate.CONTRACT.name, config, args.out)
     out = evaluate.run(config, st)
     res = out.result
     st.finish(out)
@@ -197,7 +196,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         importlib.import_module(module).register()
     # `kit synthesize` runs the `synthesize` stage; its flags are the stage's Config fields
     config = config_from_args(synthesize.Config, args, model=args.model or "embedded")
-    st = _stage_context("synthesize", config, args.out)
+    st = _stage_context(synthesize.CONTRACT.name, config, args.out)
     out = synthesize.run(config, st)
     st.finish(out)
     _record_cli_stage(st, args.out)
@@ -417,6 +416,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kit.stages import evaluate as evaluate_stage  # the stages' Configs give their commands' flags
+    from kit.stages import synthesize as synthesize_stage
+
     p = argparse.ArgumentParser(prog="kit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show the traceback of a user error too")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -444,13 +446,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="pass^k of an agent on a τ² task set (the `evaluate` stage; flags = its "
                                      "Config, kit/stages/evaluate.py)")
-    add_config_arguments(ev, _config("evaluate"))
+    add_config_arguments(ev, evaluate_stage.Config)
     ev.add_argument("--out", default=None, help="directory for trajectories.jsonl, eval.json (resumable)")
     ev.set_defaults(fn=_cmd_eval)
 
-    sy = sub.add_parser("synthesize", help="the self-evolving data engine (the `synthesize` stage; flags = its "
+    sy = sub.add_parser(synthesize_stage.CONTRACT.name, help="the self-evolving data engine (the `synthesize` stage; flags = its "
                                            "Config, kit/stages/synthesize.py; resumable: rerun the same --out)")
-    add_config_arguments(sy, _config("synthesize"))
+    add_config_arguments(sy, synthesize_stage.Config)
     sy.add_argument("--out", required=True, help="run folder, e.g. runs/mock-engine")
     sy.add_argument("--register", action="append", help="module whose register() adds a custom domain")
     sy.set_defaults(fn=_cmd_synthesize)

@@ -39,6 +39,16 @@ MICRO_BATCHES = "train/micro_batches"        # forward/backward passes of the up
 # --- SFT --------------------------------------------------------------------------------------------
 SFT_LOSS = "loss"
 
+# --- engine rounds (units.jsonl, rounds.csv): SFT samples made, per sample file ----------------------
+# Column names after the files the samples go to (sft_agent.jsonl, sft_user.jsonl), not references to
+# the SFT stages that read them (tests/test_stage_contract.py allows them here).
+AGENT_SAMPLES = "sft_agent"
+USER_SAMPLES = "sft_user"
+
+# --- W&B names (tracking's namespace, not stage references; allowed here by tests/test_stage_contract.py)
+WANDB_GRPO = "grpo"               # GRPO's section: grpo/<metric>
+WANDB_ENGINE_JOB = "synthesize"   # the engine's W&B run: its job type and name prefix
+
 LABELS = {
     PASS_RATE: "pass rate",
     USER_DEVIATION_RATE: "user deviation rate",

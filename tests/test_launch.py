@@ -245,4 +245,4 @@ def test_sft_agent_under_accelerate_launch_with_two_cpu_processes_matches_a_note
     # the report reads both
     from kit.report.build import collect
 
-    assert [s["key"] for s in collect(res.run_dir)["sft"]] == ["sft_agent"]
+    assert [s["key"] for s in collect(res.run_dir)["sft_runs"]] == ["sft_agent"]

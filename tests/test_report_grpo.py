@@ -89,7 +89,7 @@ def test_labels_of_trained_agents_are_left_as_the_recipe_wrote_them(provenance):
 
 def test_grpo_table_says_what_happened_and_where_the_time_went(tmp_path):
     data = collect(fake_run(tmp_path))
-    row = grpo_row(data["grpo"][0])
+    row = grpo_row(data["grpo_runs"][0])
     # 4 steps, step 1 skipped (all groups filtered); curve points after 0, 2 and 4 steps: 1/3, 2/3, 2/3
     assert row["what happened"] == "GRPO 3/4 steps trained (fine-tuned user)"
     assert (row["trained steps"], row["skip reasons"]) == ("3/4", "all_groups_filtered: 1")
@@ -99,19 +99,19 @@ def test_grpo_table_says_what_happened_and_where_the_time_went(tmp_path):
     # three learning-curve points of 4 s; a step's time is 3.5 s, 2.5 s when skipped
     assert (row["rollout s/step"], row["score s/step"], row["update s/step"]) == (2.0, 0.5, 0.75)
     assert (row["eval s/step"], row["step s (mean)"]) == (3.0, 3.25)
-    assert row["probe s/step"] == pytest.approx(data["grpo"][0]["probes"][0]["probe_s"] / 4)
+    assert row["probe s/step"] == pytest.approx(data["grpo_runs"][0]["probes"][0]["probe_s"] / 4)
 
 
 def test_a_run_where_grpo_never_trained_says_so_with_no_update_time(provenance):
     _, data = provenance
-    row = grpo_row(next(r for r in data["grpo"] if r["key"] == "grpo_skip"))
+    row = grpo_row(next(r for r in data["grpo_runs"] if r["key"] == "grpo_skip"))
     assert row["what happened"] == "GRPO skipped: all groups filtered (3); the weights are its start's"
     assert (row["trained steps"], row["update s/step"], row["best step"]) == ("0/3", 0.0, None)
 
 
 def test_curriculum_tables_count_the_first_probes_tasks_per_pass_rate(tmp_path):
     data = collect(fake_run(tmp_path))
-    r = data["grpo"][0]
+    r = data["grpo_runs"][0]
     # probe_k 4: t0 solved 0 times, t1 2, t2 4, t3 1; the band [0.05, 0.8] keeps t1 and t3
     probes = probe_rows(r)
     assert probes.iloc[0][["before step", "tasks probed", "band size", "always solved", "never solved"]].tolist() == \

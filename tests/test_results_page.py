@@ -22,7 +22,7 @@ def test_the_page_holds_each_evaluation_the_grpo_story_and_the_commit(tmp_path, 
     for _, row in eval_table(data["evals"], 200, 0.95).iterrows():  # every evaluation with its pass^1
         line = next(x for x in page.splitlines() if x.startswith(f"| {row['evaluation']} |"))
         assert f"| {row['pass^1']:.2f} |" in line
-    for g in data["grpo"]:  # what each GRPO stage trained, in the stage's own words
+    for g in data["grpo_runs"]:  # what each GRPO stage trained, in the stage's own words
         assert g["outputs"].what_happened() in page
     assert "Paired differences" in page and " − " in page
 

@@ -1,14 +1,21 @@
 """Every stage's `run` returns its own `Outputs` (kit/stages/__init__.py's contract), and what a stage
-keeps for display in this process (the evaluation's episodes, the built report) stays out of stage.json."""
+keeps for display in this process (the evaluation's episodes, the built report) stays out of stage.json.
+Every stage module declares its CONTRACT (kit/stages/contract.py), and no stage name appears as a string
+outside kit/stages: the rest of the kit loops over the registered stages."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import typing
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from kit.stages import MODULES, module
+from kit.stages import MODULES, STAGE_MODULES, Produces, contract, contracts, module, stage_names, summarizes_run
 
 
 @pytest.mark.parametrize("stage", sorted(MODULES))
@@ -27,3 +34,69 @@ def test_in_process_results_are_not_recorded():
     rep = report.Outputs(html="r.html", figures=0)
     rep._report = object()
     assert rep.report is not None and set(rep.summary()) == {"html", "figures"}
+
+
+# ----- each stage declares its contract in its module (kit/stages/contract.py) ------------------------
+
+STAGE_NAMES = ("synthesize", "sft_user", "sft_agent", "grpo", "evaluate", "report")
+# a stage name as a quoted string literal
+LITERAL = re.compile(r"""["'](""" + "|".join(STAGE_NAMES) + r""")["']""")
+KIT = Path(__file__).resolve().parents[1] / "kit"
+# (file under kit/, text of the line): where such a string is not a stage name. Keep it short: rename first.
+ALLOWED = {
+    ("cli.py", 'sub.add_parser("report"'): "the `kit report` command's name (it re-renders a run's report)",
+    ("cli.py", 'bsub.add_parser("grpo"'): "the `kit bench grpo` command's name",
+    ("metrics.py", 'AGENT_SAMPLES = "sft_agent"'): "rounds.csv's column, named after sft_agent.jsonl",
+    ("metrics.py", 'USER_SAMPLES = "sft_user"'): "rounds.csv's column, named after sft_user.jsonl",
+    ("metrics.py", 'WANDB_GRPO = "grpo"'): "W&B's section of GRPO metrics",
+    ("metrics.py", 'WANDB_ENGINE_JOB = "synthesize"'): "W&B's job type of the engine",
+    ("eval/__init__.py", '"evaluate"'): "the function kit.eval.evaluate",
+}
+
+
+def test_no_stage_name_outside_the_stage_modules_and_the_registry():
+    """A stage's facts live in its module (its CONTRACT) and the registry: the rest of the kit loops
+    over the registered stages and names none of them."""
+    found, used = [], set()
+    for path in sorted(KIT.rglob("*.py")):
+        rel = path.relative_to(KIT).as_posix()
+        if rel.startswith("stages/"):
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not LITERAL.search(line):
+                continue
+            allowed = [key for key in ALLOWED if key[0] == rel and key[1] in line]
+            used.update(allowed)
+            if not allowed:
+                found.append(f"kit/{rel}:{n}: {line.strip()}")
+    assert not found, "stage names outside kit/stages (ask the registry, kit.stages.contracts()):\n" + "\n".join(found)
+    assert used == set(ALLOWED), f"allow-list entries that match nothing any more: {set(ALLOWED) - used}"
+
+
+def test_every_stage_module_declares_a_consistent_contract():
+    names = stage_names()
+    assert set(names) == set(MODULES) and len(contracts()) == len(STAGE_MODULES)
+    assert set(names) == set(STAGE_NAMES)  # the grep above looks for every registered stage
+    for c in contracts():
+        for name in c.names:
+            assert contract(name) is c and module(name).CONTRACT is c
+            fields = module(name).Config.model_fields
+            for field_, ref in c.references.items():
+                assert field_ in fields, (name, field_)
+                for source in ref.wire_from:  # wired only to stages that produce what the field takes
+                    assert contract(source).produces == ref.kind, (name, field_, source)
+        assert c.produces in Produces
+        if c.memory is not None:  # a memory estimate is for the training stages, which may be launched
+            assert c.launchable, c.names
+    assert [n for n in names if summarizes_run(n)] == [names[-1]]
+
+
+def test_contracts_and_validation_import_no_torch():
+    """`kit run --validate` reads every contract: declaring one must stay cheap."""
+    code = ("import sys; from kit.runner.recipe import load_recipe; from kit.stages import contracts; contracts(); "
+            "load_recipe('recipes/quickstart-cpu.yaml', check_gpu=False); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    root = KIT.parent
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from kit import metrics as M
 from kit.enums import TextEnum
 
 if TYPE_CHECKING:  # the store reads records without loading tau2
@@ -159,8 +160,8 @@ class UnitResult:
         return {"round": self.round, "plan": self.plan_id, "proposals": len(self.proposals),
                 "accepted": len(self.accepted),
                 "rl_pool": sum(p == "rl" for p in self.pools.values()),
-                "sft_pool": sum(p == "sft" for p in self.pools.values()), "episodes": len(self.episodes), "sft_agent": len(self.sft_agent),
-                "sft_user": len(self.sft_user), "sft_ungrounded": self.sft_ungrounded,
+                "sft_pool": sum(p == "sft" for p in self.pools.values()), "episodes": len(self.episodes),
+                M.AGENT_SAMPLES: len(self.sft_agent), M.USER_SAMPLES: len(self.sft_user), "sft_ungrounded": self.sft_ungrounded,
                 "choice_fallbacks": self.choice_fallbacks, "wall_s": self.wall_s}
 
 

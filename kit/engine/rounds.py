@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Optional
 
+from kit import metrics as M
 from kit.engine.plans import diversity
 from kit.engine.records import Check, CommittedUnit
 from kit.engine.store import atomic_write
@@ -88,7 +89,7 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit]) -> RoundRow:
         user_deviation_rate=(round(sum(bool(t["meta"].get("user_deviations")) for t in trajs) / len(trajs), 4)
                              if trajs else None),
         diversity=round(diversity(plans), 4),
-        sft_agent=sum(u.summary["sft_agent"] for u in units), sft_user=sum(u.summary["sft_user"] for u in units),
+        sft_agent=sum(u.summary[M.AGENT_SAMPLES] for u in units), sft_user=sum(u.summary[M.USER_SAMPLES] for u in units),
         sft_ungrounded=sum(u.summary.get("sft_ungrounded", 0) for u in units),
         choice_fallbacks=sum(u.summary["choice_fallbacks"] for u in units),
         wall_s=round(sum(u.summary["wall_s"] for u in units), 1),

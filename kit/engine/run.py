@@ -160,7 +160,7 @@ class Engine:
             return
         if self._wandb is None:
             self._wandb, why = M.start_wandb(self.cfg.wandb_project, self.cfg.wandb_group or self.out.name,
-                                             "synthesize", f"synthesize-{self.out.name}", str(self.out),
+                                             M.WANDB_ENGINE_JOB, f"{M.WANDB_ENGINE_JOB}-{self.out.name}", str(self.out),
                                              self.cfg.model_dump())
             if self._wandb is None:  # tracking never costs a run: the rounds are in rounds.csv
                 print(f"engine: W&B off ({why})")

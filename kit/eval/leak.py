@@ -21,14 +21,12 @@ training keys (the whole solution was seen); `partial_task_ids` lists tasks shar
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Iterable, Optional
 
 from kit.files import BadLine, read_records
 
 TRAINING_FILES = ("tasks.jsonl", "rl_tasks.jsonl", "sft_agent.jsonl", "sft_agent.train.jsonl")
-TRAINING_STAGES = ("synthesize", "sft_user", "sft_agent", "grpo")
 
 
 def action_key(name: str, arguments) -> tuple[str, str]:
@@ -122,12 +120,16 @@ def leak_report(eval_tasks, training_keys: set) -> dict:
 
 def run_training_data(run_dir: str | Path, before: Optional[str] = None, arm: Optional[str] = None) -> list[str]:
     """What the training stages of a `kit run` wrote, from its manifest: the folder of every
-    synthesize / sft_user / sft_agent / grpo stage that completed (or was shared) before the
-    stage keyed `before` (default: all of them), plus "split:<name>" for a GRPO stage that fell
-    back to (or was given) a split of the domain. In an ablation (`arm` given), only that arm's
+    stage whose CONTRACT says `training_data` (the engine, SFT, GRPO: kit/stages/contract.py) that
+    completed (or was shared) before the stage keyed `before` (default: all of them), plus what its
+    contract's `leak_sources` reads from its summary ("split:<name>" for a GRPO stage that fell back
+    to, or was given, a split of the domain). In an ablation (`arm` given), only that arm's
     stages (a stage shared from another arm is listed under this arm too) and those outside any
     arm. Without a manifest: every such stage folder found under run_dir (stage.json naming a
     training stage)."""
+    from kit.stages import contract, contracts
+
+    training = {name for c in contracts() if c.training_data for name in c.names}
     run_dir = Path(run_dir)
     out: list[str] = []
     mpath = run_dir / "manifest.json"
@@ -139,24 +141,20 @@ def run_training_data(run_dir: str | Path, before: Optional[str] = None, arm: Op
                 break
             if arm is not None and e.get("arm") not in (None, arm):
                 continue
-            if e.get("stage") in TRAINING_STAGES and e.get("status") in ("complete", "shared"):
+            if e.get("stage") in training and e.get("status") in ("complete", "shared"):
                 nb = e.get("executed_notebook") or e.get("log")  # a launched stage (accelerate) has a log
                 d = e.get("shared_with") or (str(Path(nb).parent) if nb else str(run_dir / e["key"]))
                 entries.append((Path(d), e.get("summary") or {}, e.get("stage")))
     else:
         for sj in sorted(run_dir.glob("*/stage.json")) + sorted(run_dir.glob("*/*/stage.json")):
             info = json.loads(sj.read_text(encoding="utf-8"))
-            if info.get("stage") in TRAINING_STAGES and info.get("status") == "complete":
+            if info.get("stage") in training and info.get("status") == "complete":
                 entries.append((sj.parent, info.get("summary") or {}, info.get("stage")))
     for d, summary, stage in entries:
         if d.is_dir() and str(d) not in out:
             out.append(str(d))
-        src = str(summary.get("task_source") or "") if stage == "grpo" else ""
-        if src.startswith(("fallback:", "split:")):  # e.g. "fallback:split 'train'", "fallback:default set, ..."
-            used = src.split(":", 1)[1]
-            quoted = re.search(r"'([^']*)'", used)
-            name = "default" if "default set" in used or not quoted else quoted.group(1)
-            spec = f"split:{name}"
+        sources = contract(stage).leak_sources
+        for spec in (sources(summary) if sources is not None else []):
             if spec not in out:
                 out.append(spec)
     return out

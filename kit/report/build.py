@@ -43,9 +43,9 @@ from kit.files import write_json
 from kit.llm.spec import ModelSpec
 from kit.report import paper
 from kit.report.figures import int_ticks, new_figure, save
-from kit.report.grpo import grpo_section
-from kit.report.paired import changes_section, paired_section
-from kit.report.run_data import Section, collect, eval_label, run_folder
+from kit.report.run_data import Section, collect, empty_data, eval_label, report_parts, run_folder
+from kit.stages import summarizes_run
+from kit.stages.contract import SectionContext
 
 FAILURE_COLUMNS = ["failures_task", "failures_agent", "failures_user", "failures_undetermined"]
 
@@ -387,7 +387,7 @@ def engine_section(data: dict, out: Path, figures: list) -> Optional[Section]:
         df = r["rounds"]
         cols = [c for c in ["round", "plans", "proposals", "built", "accepted", "acceptance_rate", "sft_pool",
                             "rl_pool", "episodes", M.PASS_RATE, *FAILURE_COLUMNS, M.USER_DEVIATION_RATE, "diversity", "repaired",
-                            "fidelity_templated", "sft_agent", "sft_user", "sft_ungrounded", "wall_s"]
+                            "fidelity_templated", M.AGENT_SAMPLES, M.USER_SAMPLES, "sft_ungrounded", "wall_s"]
                 if c in df.columns]
         en.text(f"<b>{html.escape(r['key'])}</b>")
         en.table(df[cols])
@@ -402,20 +402,27 @@ def engine_section(data: dict, out: Path, figures: list) -> Optional[Section]:
 
 def sft_section(data: dict, out: Path, figures: list, run_dir: Path) -> Optional[Section]:
     """SFT runs: data, steps, losses, and their loss curves."""
-    if not data["sft"]:
+    if not data["sft_runs"]:
         return None
     sf = Section("SFT: loss curves")
     rows = []
-    for r in data["sft"]:
+    for r in data["sft_runs"]:
         o = r["outputs"]
         rows.append({"stage": r["key"], "data": o.data_source, "samples": o.samples,
                      "steps": o.steps, "first loss": o.first_loss, "final loss": o.final_loss,
                      "tokens trained": o.tokens_trained, "wall s": o.wall_time_s,
                      "start model": _short(r["params"].get("model"), run_dir)})
     sf.table(pd.DataFrame(rows))
-    figures.append(fig_sft(data["sft"], out / "sft_loss.png"))
+    figures.append(fig_sft(data["sft_runs"], out / "sft_loss.png"))
     sf.figure(figures[-1])
     return sf
+
+
+def stage_sections(data: dict, ctx: SectionContext) -> list[Section]:
+    """Every stage's sections (its CONTRACT's report part, kit/stages/contract.py), by rank: the
+    evaluations (pass^k, paired differences, what changed), the engine, SFT, GRPO; empty ones left out."""
+    parts = sorted(report_parts(), key=lambda part: part.rank)
+    return [s for part in parts for s in part.sections(data, ctx) if s is not None]
 
 
 def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[str] = None, ci: float = 0.95,
@@ -434,7 +441,7 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
     # -- overview
     ov = Section("Run")
     ov.text(html.escape(spec.get("description") or ""))
-    before = [s for s in m.get("stages", []) if s.get("stage") != "report"]
+    before = [s for s in m.get("stages", []) if not summarizes_run(s.get("stage"))]
     done = [s for s in before if s.get("status") in ("complete", "shared")]
     ov.table(pd.DataFrame([{
         "run id": run_id, "recipe": recipe.get("path"), "stages complete (before the report)": f"{len(done)}/{len(before)}",
@@ -485,13 +492,7 @@ def build_report(run_dir: str | Path, report_dir: str | Path, title: Optional[st
         sections.append(ab)
         data["ablation"] = df
 
-    for part in (eval_section(data, out, figures, bootstrap, ci, run_dir),
-                 paired_section(data, bootstrap, ci, short=lambda s: _short(s, run_dir)),
-                 changes_section(data),
-                 engine_section(data, out, figures),
-                 sft_section(data, out, figures, run_dir), grpo_section(data, out, figures)):
-        if part is not None:
-            sections.append(part)
+    sections += stage_sections(data, SectionContext(out, figures, bootstrap, ci, run_dir))
 
     # -- episodes: every evaluation's and engine round's dialogues, with verdicts (kit/report/browser.py)
     from kit.report.browser import episode_section
@@ -562,7 +563,7 @@ def merge_runs(run_dirs: list[str | Path]) -> tuple[dict, list[dict], list]:
     """Several run folders as one report's data (`kit compare`, `kit results` across runs): each run is an
     arm named by its run id (numbered when two share one), its stages keyed `<run id>/<stage key>` and its
     evaluations labelled `<run id>: <label>`. Returns (merged data, one row per run, public path prefixes)."""
-    merged: dict[str, Any] = {"manifest": {}, "engine": [], "sft": [], "grpo": [], "evals": [], "warnings": []}
+    merged = empty_data({})
     runs, subs = [], []
     for d in map(run_folder, run_dirs):
         data = collect(d)
@@ -570,11 +571,11 @@ def merge_runs(run_dirs: list[str | Path]) -> tuple[dict, list[dict], list]:
         rid = m.get("run_id", d.name)
         if rid in [r["run"] for r in runs]:  # two runs of one name (other folders): number them
             rid = f"{rid}#{len(runs) + 1}"
-        stages = [s for s in m.get("stages", []) if s.get("stage") != "report"]
+        stages = [s for s in m.get("stages", []) if not summarizes_run(s.get("stage"))]
         runs.append({"run": rid, "recipe": (m.get("recipe") or {}).get("path"), "status": m.get("status"),
                      "stages complete": f"{sum(s.get('status') in ('complete', 'shared') for s in stages)}/{len(stages)}",
                      "git commit": ((m.get("git") or {}).get("commit") or "?")[:12], "tau2": m.get("tau2_version")})
-        for name in ("engine", "sft", "grpo", "evals"):
+        for name in [part.bucket for part in report_parts()]:
             for x in data[name]:
                 label = x["summary"].get("label") or x["params"].get("label") or x["key"]
                 merged[name].append({**x, "key": f"{rid}/{x['key']}", "arm": rid,
@@ -604,13 +605,7 @@ def build_comparison(run_dirs: list[str | Path], report_dir: str | Path, title: 
         w.items += [("warn", f"{x['stage']}: {x['warning']}") for x in merged["warnings"]]
         sections.append(w)
     common = Path(os.path.commonpath([str(Path(d).resolve()) for d in run_dirs]))
-    for part in (eval_section(merged, out, figures, bootstrap, ci, common),
-                 paired_section(merged, bootstrap, ci, across_runs=True, short=lambda s: _short(s, common)),
-                 changes_section(merged, across_runs=True),
-                 engine_section(merged, out, figures),
-                 sft_section(merged, out, figures, common), grpo_section(merged, out, figures)):
-        if part is not None:
-            sections.append(part)
+    sections += stage_sections(merged, SectionContext(out, figures, bootstrap, ci, common, across_runs=True))
     path = render_html(title, sections, out, f"{len(runs)} runs · one self-contained page",
                        sorted(set(subs), key=lambda s: -len(s[0])))
     return Report("compare", title, sections, path, figures, merged)

@@ -129,7 +129,8 @@ def _eval_inputs(stage_dir: Path):
     from kit.files import read_json
     from kit.stages import outputs_class
 
-    ev = outputs_class("evaluate").from_stage_json(read_json(stage_dir / "stage.json") or {}).eval_json()
+    info = read_json(stage_dir / "stage.json") or {}
+    ev = outputs_class(info.get("stage")).from_stage_json(info).eval_json()  # its stage's Outputs (kit/stages)
     cfg = EvalConfig.model_validate(ev.get("config") or {}, context={"recorded": True})  # as it ran
     rows = {(r["task_id"], int(r.get("trial") or 0)): r for r in ev.get("episodes") or []}
     trajs: dict = {}

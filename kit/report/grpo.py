@@ -2,7 +2,7 @@
 where the time went, the learning curve and the curriculum's probes.
 
     section = grpo_section(data, out, figures)     # data: kit.report.run_data.collect(run)
-    grpo_row(data["grpo"][0])                      # one stage's line of the table
+    grpo_row(data["grpo_runs"][0])                 # one stage's line of the table
 
 Read from the files the stage wrote (kit/stages/grpo.py): stage.json (its Outputs: trained steps,
 skip reasons, best and last validation pass^1), metrics.jsonl (one line per step: reward, filtered
@@ -144,7 +144,7 @@ def task_rows(r: dict) -> pd.DataFrame:
 
 def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
     """GRPO runs: what trained, reward and dynamic filtering per step, the learning curve, the curriculum."""
-    if not data["grpo"]:
+    if not data["grpo_runs"]:
         return None
     gr = Section("GRPO: reward and dynamic filtering")
     gr.text("Per stage: what the policy it wrote is (the updates applied, or why none was), its learning "
@@ -154,10 +154,10 @@ def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
             "eval: every learning-curve point, the one after the last step included; step s: rollout, score "
             "and update of one step). Per step: mean checker reward over every rollout drawn (kept or "
             "filtered), and the fraction of groups dynamic filtering dropped (all rewards equal: no signal).")
-    gr.table(pd.DataFrame([grpo_row(r) for r in data["grpo"]]))
-    figures.append(fig_grpo(data["grpo"], out / "grpo.png"))
+    gr.table(pd.DataFrame([grpo_row(r) for r in data["grpo_runs"]]))
+    figures.append(fig_grpo(data["grpo_runs"], out / "grpo.png"))
     gr.figure(figures[-1])
-    with_curve = [r for r in data["grpo"] if len(r["curve"])]
+    with_curve = [r for r in data["grpo_runs"] if len(r["curve"])]
     if with_curve:
         gr.text("Learning curve (kit/train/grpo_curve.py): pass^1 of the current policy on a validation split "
                 "neither trained on nor the final test set, before the first step, every <i>eval_every</i> "
@@ -167,7 +167,7 @@ def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
     for i, r in enumerate(with_curve):
         figures.append(fig_grpo_curve(r, out / f"grpo_curve{'' if i == 0 else f'_{i + 1}'}.png"))
         gr.figure(figures[-1])
-    with_probes = [r for r in data["grpo"] if r["probes"]]
+    with_probes = [r for r in data["grpo_runs"] if r["probes"]]
     if with_probes:
         gr.text("Curriculum (kit/train/grpo_curriculum.py): before the first step (and every <i>probe_every</i> "
                 "steps) the policy runs <i>probe_k</i> episodes of every RL task; the steps draw from the tasks "
@@ -178,7 +178,7 @@ def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
             gr.text(f"<b>{html.escape(r['key'])}</b>, first probe: tasks per pass rate (episodes solved of "
                     f"{r['probes'][0]['probe_k']}; * in the band)")
             gr.table(rate_histogram(r["probes"][0]))
-    for r in data["grpo"]:
+    for r in data["grpo_runs"]:
         tasks = task_rows(r)
         if len(tasks):
             gr.text(f"<b>{html.escape(r['key'])}</b>, the RL tasks the steps drew: each draw's episodes solved "

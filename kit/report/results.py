@@ -54,7 +54,7 @@ def run_section(run_dir: str | Path, n_boot: int = 2000) -> list[str]:
                         [[s.get("key"), s.get("status"), (s.get("wall_s") or 0) / 60 if s.get("wall_s") else None,
                           s.get("peak_rss_gib"), s.get("started")] for s in stages])
         lines.append("")
-    for g in data["grpo"]:
+    for g in data["grpo_runs"]:
         o = g["outputs"]
         what = o.what_happened() if hasattr(o, "what_happened") else ""
         lines += [f"GRPO `{g['key']}`: {what}", ""]

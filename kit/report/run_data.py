@@ -1,13 +1,16 @@
 """What a run folder holds, read back for the report, the episode browser and `kit view`.
 
     run = run_folder("quickstart-cpu")    # runs/quickstart-cpu (or the path given), NotFound without a manifest
-    data = collect(run)                   # {"manifest", "engine", "sft", "grpo", "evals", "warnings"}
+    data = collect(run)                   # {"manifest", one list per stage's report bucket, "warnings"}
     Section("Episodes").text("...")       # one titled block of a report: text, tables, figures, html
     agent_provenance("hf:runs/x/grpo/model").text   # "SFT: 48 steps (sft_agent); GRPO skipped: all groups filtered"
     eval_label(data["evals"][0])          # the evaluation's label, flagged when its agent was never trained
 
 Read from the files the stages wrote: manifest.json, each stage's stage.json (as the stage's
-Outputs model, kit/stages) and the outputs it names.
+Outputs model, kit/stages) and the outputs it names. What a stage adds to the data is its
+CONTRACT's `report` part (kit/stages/contract.py): its bucket (engine, sft_runs, grpo_runs, evals)
+and how one finished stage reads into it; how a model folder it wrote is described, its
+`provenance` hook.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from kit.files import read_json, read_jsonl
-from kit.stages import outputs_class
+from kit.files import read_json
+from kit.stages import contract, contracts, outputs_class, summarizes_run
 
 
 @dataclass
@@ -50,15 +53,16 @@ class AgentProvenance:
     untrained: Optional[str] = None  # a training stage's output that holds its start's weights: why
 
 
-def _reasons(skips: dict[str, int], counts: bool) -> str:
+def reasons_text(skips: dict[str, int], counts: bool) -> str:
+    """'all groups filtered (3), ...': skip reasons as the report words them."""
     return ", ".join(r.replace("_", " ") + (f" ({n})" if counts else "") for r, n in skips.items())
 
 
 def agent_provenance(model: Any) -> AgentProvenance:
     """Which stage's output `model` (an evaluation's meta["model"]: a spec such as
     'hf:<run>/grpo/model') is, and what that stage trained: read from the stage.json beside the
-    folder (and, for GRPO, from its start's, and from its metrics.jsonl for the best checkpoint).
-    A folder no stage wrote (the embedded model, a base model's folder) is the base model."""
+    folder, as the stage's CONTRACT.provenance hook reads it (GRPO also reads its start's, and its
+    metrics.jsonl for the best checkpoint). A folder no stage wrote (the embedded model, a base model's folder) is the base model."""
     from kit.llm.spec import ModelSpec
 
     try:
@@ -69,32 +73,17 @@ def agent_provenance(model: Any) -> AgentProvenance:
         return AgentProvenance("base model" if spec is None or spec.local else f"served at {spec} (not traced)")
     folder = Path(spec.path)
     info = read_json(folder.parent / "stage.json") or {}
-    stage, sid, raw = info.get("stage"), info.get("id"), info.get("summary") or {}
+    stage, sid = info.get("stage"), info.get("id")
     if not stage:
         return AgentProvenance("base model")
-    if stage in ("sft_agent", "sft_user"):
-        steps = raw.get("steps") or 0
-        return AgentProvenance(f"SFT: {steps} steps ({sid})", stage, sid, None if steps else "SFT ran no step")
-    if stage != "grpo":
+    hook = contract(stage).provenance if stage in contract_names() else None
+    if hook is None:
         return AgentProvenance(f"{stage} output ({sid})", stage, sid)
-    out = outputs_class("grpo").from_stage_json(info)
-    start = agent_provenance(out.policy) if out.policy else AgentProvenance("base model")
-    if "trained_steps" not in raw:  # a stage.json from before GRPO counted its applied steps
-        return AgentProvenance(f"GRPO {out.steps} steps on {start.stage_id or 'the base model'} "
-                               "(which trained: not recorded)", stage, sid)
-    if out.trained_steps == 0:
-        why = f"GRPO skipped: {_reasons(out.skip_reasons, len(out.skip_reasons) > 1) or 'no step ran'}"
-        return AgentProvenance(f"{start.text}; {why}", stage, sid, why)
-    trained = f"{out.trained_steps}/{out.steps} steps trained"
-    skipped = f"; skipped: {_reasons(out.skip_reasons, True)}" if out.skip_reasons else ""
-    if folder.name != "model_best" or out.best_step is None:
-        return AgentProvenance(f"GRPO {trained} on {start.stage_id or 'the base model'}, last{skipped}", stage, sid)
-    steps = read_jsonl(out.files.get("metrics") or folder.parent / "metrics.jsonl")
-    if not any(m.get("step", 0) < out.best_step and not m.get("skipped") for m in steps):
-        why = f"GRPO's best point (step {out.best_step}) came before any update"
-        return AgentProvenance(f"{start.text}; {why} (of {trained})", stage, sid, why)
-    return AgentProvenance(f"GRPO {trained} on {start.stage_id or 'the base model'}, best (step {out.best_step})"
-                           f"{skipped}", stage, sid)
+    return hook(info, folder)
+
+
+def contract_names() -> set[str]:
+    return {name for c in contracts() for name in c.names}
 
 
 def eval_label(ev: dict) -> str:
@@ -128,11 +117,21 @@ def run_folder(run: str | Path) -> Path:
     return run
 
 
+def report_parts() -> list:
+    """Every stage's kit.stages.contract.ReportPart, in registry order."""
+    return [c.report for c in contracts() if c.report is not None]
+
+
+def empty_data(manifest: dict) -> dict[str, Any]:
+    """collect()'s shape with nothing in it: the manifest, one list per report bucket, the warnings."""
+    return {"manifest": manifest, **{part.bucket: [] for part in report_parts()}, "warnings": []}
+
+
 def collect(run_dir: str | Path) -> dict:
     """Everything the report shows, as plain data frames and dicts."""
     run_dir = Path(run_dir)
     m = read_json(run_dir / "manifest.json") or {}
-    out: dict[str, Any] = {"manifest": m, "engine": [], "sft": [], "grpo": [], "evals": [], "warnings": []}
+    out = empty_data(m)
     for e in m.get("stages", []):
         if e.get("status") not in ("complete", "shared"):
             continue
@@ -145,7 +144,8 @@ def collect(run_dir: str | Path) -> dict:
                 out["warnings"].append({"stage": e["key"], "warning": w})
         common = {"key": e["key"], "id": e["id"], "arm": e.get("arm"), "dir": d, "summary": info.get("summary") or {},
                   "params": e.get("params") or {}}
-        if e["stage"] == "report" or info.get("status") != "complete":
+        part = contract(e["stage"]).report if e["stage"] in contract_names() else None
+        if summarizes_run(e["stage"]) or info.get("status") != "complete" or part is None:
             continue
         try:  # what the stage wrote, read back as its Outputs model (kit/stages)
             res = outputs_class(e["stage"]).from_stage_json(info)
@@ -153,27 +153,17 @@ def collect(run_dir: str | Path) -> dict:
             out["warnings"].append({"stage": e["key"], "warning": f"stage.json does not read as the stage's Outputs "
                                     f"(written by another kit version? rerun the stage): {str(err)[:300]}"})
             continue
-        if e["stage"] == "synthesize" and "rounds" in res.files:
-            out["engine"].append({**common, "rounds": res.rounds_table()})
-        elif e["stage"] in ("sft_user", "sft_agent"):
-            out["sft"].append({**common, "role": e["stage"][4:], "curve": res.loss_curve(), "outputs": res})
-        elif e["stage"] == "grpo":
-            out["grpo"].append({**common, "history": res.history(), "outputs": res, "curve": res.curve(),
-                                "probes": read_jsonl(res.files["probes"]) if "probes" in res.files else []})
-        elif e["stage"] == "evaluate":
-            ev = res.eval_json()
-            meta = ev.get("meta") or {}
-            out["evals"].append({**common, "passk": {int(k): v for k, v in (ev.get("passk") or {}).items()},
-                                 "meta": meta, "episodes": pd.DataFrame(ev.get("episodes") or []),
-                                 "provenance": agent_provenance(meta.get("model") or res.model)})
+        entry = part.read(common, res, e["stage"])
+        if entry is not None:
+            out[part.bucket].append(entry)
     # engine runs shared between arms appear once per arm in the manifest: keep one
-    for name in ("engine", "sft", "grpo", "evals"):
+    for part in report_parts():
         seen, uniq = set(), []
-        for x in out[name]:
+        for x in out[part.bucket]:
             if str(x["dir"]) not in seen:
                 seen.add(str(x["dir"]))
                 uniq.append(x)
-            elif name == "evals":
+            elif part.per_arm:
                 uniq.append(x)  # an arm's evaluation shared with another arm still is that arm's number
-        out[name] = uniq
+        out[part.bucket] = uniq
     return out

@@ -3,9 +3,9 @@
 
     kit run recipes/quickstart-cpu.yaml          # validate the whole recipe, then run it (resumable)
 
-Read in this order: stages.py (how stages are wired; each stage's Config and logic live in
-kit/stages/), recipe.py (a recipe's schema, validation, expansion of ablation arms), execute.py
-(papermill, skip/resume, failures), launch.py (a training stage under accelerate launch), memory.py
+Read in this order: stages.py (the stages' Configs; each stage's logic and its CONTRACT, what it
+produces and how it is wired, live in kit/stages/), recipe.py (a recipe's schema, validation, expansion of ablation arms), execute.py
+(one stage top to bottom: share, skip/resume, execute through a notebook or launch executor, failures), launch.py (a training stage under accelerate launch), memory.py
 (the GPU memory estimate of `kit run --validate`), manifest.py (what a run records), codehash.py (the
 code part of a stage's fingerprint), stage.py (what a notebook calls).
 """

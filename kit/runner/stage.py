@@ -1,6 +1,6 @@
 """What a stage notebook calls around its own work: parameters, seeds, W&B, warnings, stage.json.
 
-    st = begin("sft_agent", globals())   # validate this notebook's parameters (st.config), seed, make out_dir
+    st = begin(STAGE, globals())         # STAGE: the notebook's stage name; validate its parameters (st.config), seed, make out_dir
     out = kit.stages.sft.run(st.config, st)   # the stage's work -> its Outputs
     st.warn("...")                       # loud in the notebook, recorded in stage.json, manifest, report
     run = st.wandb()                     # this stage's W&B run (group = run id), or None
@@ -176,7 +176,7 @@ def begin(stage: str, namespace: dict) -> Stage:
     schema, set seeds and torch threads, and make the stage's folder. `stage` is the notebook's
     own stage; the `stage` parameter `kit run` injects overrides it within the same module
     (notebooks/sft.py runs sft_user or sft_agent)."""
-    from kit.stages import MODULES
+    from kit.stages import MODULES, contract
 
     given = namespace.get("stage")
     if given and given != stage:
@@ -197,7 +197,7 @@ def begin(stage: str, namespace: dict) -> Stage:
         np.random.seed(seed % 2**32)
     except ImportError:  # pragma: no cover
         pass
-    if params.get("threads") or stage != "report":
+    if params.get("threads") or contract(stage).uses_torch:
         import torch
 
         torch.manual_seed(seed)

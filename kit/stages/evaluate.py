@@ -27,6 +27,7 @@ from pydantic import Field, PrivateAttr
 from kit import metrics as M
 from kit.eval.config import EvalConfig, EvalKnobs
 from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_kwargs
+from kit.stages.contract import BASE_MODEL, Contract, Problem, Produces, Reference, ReportPart, SectionContext
 
 
 class Config(ModelStageConfig, EvalKnobs):
@@ -104,3 +105,61 @@ def run(config: Config, st) -> Outputs:
                   proper_end_rate=res.meta.get(M.PROPER_END_RATE), leak=res.meta.get("leak"))
     out._result = res
     return out
+
+
+# ----- the contract (kit/stages/contract.py) ------------------------------------------------------
+
+
+def check(ps, plan: list, budgets: bool) -> list[Problem]:
+    """`tasks_file` exists; else the episode budget fits the tasks it scores."""
+    from pathlib import Path
+
+    p = ps.params
+    if p.get("tasks_file") and not Path(p["tasks_file"]).is_file():
+        return [("tasks_file", f"file '{p['tasks_file']}' does not exist")]
+    if not budgets:
+        return []
+    from kit.envs import load_domain
+    from kit.rollout.loop import step_budget_warning
+
+    if p.get("tasks_file"):
+        from kit.eval.results import load_tasks_file
+
+        tasks = load_tasks_file(p["tasks_file"])
+    else:
+        try:
+            tasks = load_domain(p["domain"]).tasks(p.get("split"))
+        except Exception:  # an unknown split is reported where the stage runs
+            return []
+    why = step_budget_warning(tasks, p["max_messages"])
+    return [("max_messages", why)] if why else []
+
+
+def report_entry(common: dict, out: Outputs, stage: str) -> dict:
+    import pandas as pd
+
+    from kit.report.run_data import agent_provenance
+
+    ev = out.eval_json()
+    meta = ev.get("meta") or {}
+    return {**common, "passk": {int(k): v for k, v in (ev.get("passk") or {}).items()},
+            "meta": meta, "episodes": pd.DataFrame(ev.get("episodes") or []),
+            "provenance": agent_provenance(meta.get("model") or out.model)}
+
+
+def report_sections(data: dict, ctx: SectionContext) -> list:
+    """pass^k per evaluation, paired differences, and what the agents of paired arms did differently."""
+    from kit.report.build import _short, eval_section
+    from kit.report.paired import changes_section, paired_section
+
+    return [eval_section(data, ctx.out, ctx.figures, ctx.bootstrap, ctx.ci, ctx.root),
+            paired_section(data, ctx.bootstrap, ctx.ci, across_runs=ctx.across_runs,
+                           short=lambda s: _short(s, ctx.root)),
+            changes_section(data, across_runs=ctx.across_runs)]
+
+
+CONTRACT = Contract(
+    names=("evaluate",), produces=Produces.EVAL,
+    references={"model": Reference(Produces.MODEL, wire_from=("grpo", "sft_agent"), fallback=BASE_MODEL),
+                "user_model": Reference(Produces.MODEL, fallback=BASE_MODEL)},
+    check=check, report=ReportPart(bucket="evals", read=report_entry, sections=report_sections, rank=0, per_arm=True))

@@ -39,6 +39,16 @@ from pydantic import Field
 
 from kit import metrics as M
 from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_kwargs
+from kit.stages.contract import (
+    BASE_MODEL,
+    Contract,
+    MemoryUse,
+    Problem,
+    Produces,
+    Reference,
+    ReportPart,
+    SectionContext,
+)
 from kit.train.grpo_config import GRPOConfig, GRPOKnobs
 
 
@@ -327,3 +337,93 @@ def train_resumably(trainer, out_dir: Path, tag: Optional[str],
     if main:
         shutil.rmtree(checkpoints, ignore_errors=True)
     return history, done
+
+
+# ----- the contract (kit/stages/contract.py) ------------------------------------------------------
+
+
+def check(ps, plan: list, budgets: bool) -> list[Problem]:
+    """The episode budget fits the longest task of the synthesize stage it trains on; `tasks` is a
+    reference, 'split:<name>' or a JSONL file that exists."""
+    from kit.stages.synthesize import engine_budget_problem
+
+    p, out = ps.params, []
+    if budgets:
+        synth = next((q for q in plan if q.key == ps.refs.get("tasks") and q.stage == "synthesize"), None)
+        problem = engine_budget_problem("max_messages", p.get("max_messages"), synth.params) if synth else None
+        out += [problem] if problem else []
+    t = p.get("tasks")
+    if isinstance(t, str) and not t.startswith("@") and not t.startswith("split:") and not Path(t).is_file():
+        out.append(("tasks", f"'{t}' is neither '@<stage id>', 'split:<name>' nor an existing JSONL file of "
+                    "checked tasks"))
+    return out
+
+
+def memory(p: dict, context: int) -> MemoryUse:
+    """micro_batch_size rows of max_seq_tokens (else the model's context) per forward pass, at most
+    micro_batch_tokens padded tokens where set; it samples."""
+    return MemoryUse(rows=p.get("micro_batch_size", 4), length=p.get("max_seq_tokens") or context,
+                     checkpointing=p.get("gradient_checkpointing"), field="max_seq_tokens", samples=True,
+                     max_tokens=p.get("micro_batch_tokens"))
+
+
+def leak_sources(summary: dict) -> list[str]:
+    """The split a stage trained on when it fell back to one or was given one ('split:<name>')."""
+    import re
+
+    src = str(summary.get("task_source") or "")
+    if not src.startswith(("fallback:", "split:")):  # e.g. "fallback:split 'train'", "fallback:default set, ..."
+        return []
+    used = src.split(":", 1)[1]
+    quoted = re.search(r"'([^']*)'", used)
+    return [f"split:{'default' if 'default set' in used or not quoted else quoted.group(1)}"]
+
+
+def report_entry(common: dict, out: Outputs, stage: str) -> dict:
+    from kit.files import read_jsonl
+
+    return {**common, "history": out.history(), "outputs": out, "curve": out.curve(),
+            "probes": read_jsonl(out.files["probes"]) if "probes" in out.files else []}
+
+
+def report_sections(data: dict, ctx: SectionContext) -> list:
+    from kit.report.grpo import grpo_section
+
+    return [grpo_section(data, ctx.out, ctx.figures)]
+
+
+def provenance(info: dict, folder: Path):
+    """The report's words for a model folder this stage wrote: the steps that trained (or why none did),
+    on what start (traced back through its stage.json), the last or the best policy."""
+    from kit.files import read_jsonl
+    from kit.report.run_data import AgentProvenance, agent_provenance, reasons_text
+
+    stage, sid, raw = info.get("stage"), info.get("id"), info.get("summary") or {}
+    out = Outputs.from_stage_json(info)
+    start = agent_provenance(out.policy) if out.policy else AgentProvenance("base model")
+    if "trained_steps" not in raw:  # a stage.json from before GRPO counted its applied steps
+        return AgentProvenance(f"GRPO {out.steps} steps on {start.stage_id or 'the base model'} "
+                               "(which trained: not recorded)", stage, sid)
+    if out.trained_steps == 0:
+        why = f"GRPO skipped: {reasons_text(out.skip_reasons, len(out.skip_reasons) > 1) or 'no step ran'}"
+        return AgentProvenance(f"{start.text}; {why}", stage, sid, why)
+    trained = f"{out.trained_steps}/{out.steps} steps trained"
+    skipped = f"; skipped: {reasons_text(out.skip_reasons, True)}" if out.skip_reasons else ""
+    if folder.name != "model_best" or out.best_step is None:
+        return AgentProvenance(f"GRPO {trained} on {start.stage_id or 'the base model'}, last{skipped}", stage, sid)
+    steps = read_jsonl(out.files.get("metrics") or folder.parent / "metrics.jsonl")
+    if not any(m.get("step", 0) < out.best_step and not m.get("skipped") for m in steps):
+        why = f"GRPO's best point (step {out.best_step}) came before any update"
+        return AgentProvenance(f"{start.text}; {why} (of {trained})", stage, sid, why)
+    return AgentProvenance(f"GRPO {trained} on {start.stage_id or 'the base model'}, best (step {out.best_step})"
+                           f"{skipped}", stage, sid)
+
+
+CONTRACT = Contract(
+    names=("grpo",), produces=Produces.MODEL, launchable=True, training_data=True,
+    references={"model": Reference(Produces.MODEL, wire_from=("sft_agent",), fallback=BASE_MODEL),
+                "user_model": Reference(Produces.MODEL, wire_from=("sft_user",), fallback=BASE_MODEL),
+                "tasks": Reference(Produces.DATA, wire_from=("synthesize",))},
+    check=check, memory=memory, leak_sources=leak_sources,
+    report=ReportPart(bucket="grpo_runs", read=report_entry, sections=report_sections, rank=3),
+    provenance=provenance)

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from pydantic import Field, PrivateAttr
 
 from kit.stages.base import StageConfig, StageOutputs
+from kit.stages.contract import Contract, Produces
 
 
 class Config(StageConfig):
@@ -55,3 +56,7 @@ def run(config: Config, st) -> Outputs:
     out = Outputs(files={"html": str(rep.html_path)}, html=str(rep.html_path), figures=len(rep.figures))
     out._report = rep
     return out
+
+
+# reads every stage before it: at most one, last, run once after every arm; imports no torch
+CONTRACT = Contract(names=("report",), produces=Produces.NOTHING, summarizes_run=True, uses_torch=False)

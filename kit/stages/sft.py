@@ -27,6 +27,16 @@ from pydantic import Field
 
 from kit import metrics as M
 from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_kwargs
+from kit.stages.contract import (
+    BASE_MODEL,
+    Contract,
+    MemoryUse,
+    Problem,
+    Produces,
+    Reference,
+    ReportPart,
+    SectionContext,
+)
 from kit.train.sft import SFTConfig, SFTKnobs
 
 
@@ -128,3 +138,47 @@ def run(config: Config, st, role: Optional[str] = None) -> Outputs:
                    first_loss=metrics["first_loss"], final_loss=metrics["final_loss"],
                    tokens_trained=metrics.get("tokens_trained"), wall_time_s=metrics.get("wall_time_s"),
                    resumed_from=metrics.get("resumed_from", 0))
+
+
+# ----- the contract (kit/stages/contract.py) ------------------------------------------------------
+
+
+def check(ps, plan: list, budgets: bool) -> list[Problem]:
+    """`data` is a reference, 'gold' or a folder that exists."""
+    d = ps.params.get("data")
+    if isinstance(d, str) and not d.startswith("@") and d != "gold" and not Path(d).is_dir():
+        return [("data", f"'{d}' is neither '@<stage id>', 'gold' nor an existing folder")]
+    return []
+
+
+def memory(p: dict, context: int) -> MemoryUse:
+    """batch_size rows of max_seq_len tokens per forward pass."""
+    return MemoryUse(rows=p.get("batch_size", 4), length=p.get("max_seq_len", 4096),
+                     checkpointing=p.get("gradient_checkpointing"),
+                     field="lora" if not p.get("lora", False) else "max_seq_len")
+
+
+def report_entry(common: dict, out: Outputs, stage: str) -> dict:
+    return {**common, "role": stage.removeprefix("sft_"), "curve": out.loss_curve(), "outputs": out}
+
+
+def report_sections(data: dict, ctx: SectionContext) -> list:
+    from kit.report.build import sft_section
+
+    return [sft_section(data, ctx.out, ctx.figures, ctx.root)]
+
+
+def provenance(info: dict, folder: Path):
+    """The report's words for a model folder this stage wrote: its steps (flagged when none ran)."""
+    from kit.report.run_data import AgentProvenance
+
+    stage, sid, steps = info.get("stage"), info.get("id"), (info.get("summary") or {}).get("steps") or 0
+    return AgentProvenance(f"SFT: {steps} steps ({sid})", stage, sid, None if steps else "SFT ran no step")
+
+
+CONTRACT = Contract(
+    names=("sft_user", "sft_agent"), produces=Produces.MODEL, launchable=True, training_data=True,
+    references={"data": Reference(Produces.DATA, wire_from=("synthesize",), fallback="gold"),
+                "model": Reference(Produces.MODEL, fallback=BASE_MODEL)},
+    check=check, memory=memory, report=ReportPart(bucket="sft_runs", read=report_entry, sections=report_sections, rank=2),
+    provenance=provenance)

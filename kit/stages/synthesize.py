@@ -25,6 +25,7 @@ from pydantic import Field
 
 from kit.engine.config import EngineConfig, EngineKnobs
 from kit.stages.base import ModelStageConfig, StageOutputs, count_lines, mechanism_kwargs
+from kit.stages.contract import BASE_MODEL, Contract, Problem, Produces, Reference, ReportPart, SectionContext
 
 PRODUCED = ("tasks.jsonl", "rl_tasks.jsonl", "sft_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
             "failures.jsonl")
@@ -98,3 +99,52 @@ def example_task(out_dir) -> str:
     task = json.loads(first)
     body = {"user_scenario": task.get("user_scenario"), "actions": (task.get("evaluation_criteria") or {}).get("actions")}
     return f"an accepted task: {task['id']}\n" + json.dumps(body, indent=1)[:3000]
+
+
+# ----- the contract (kit/stages/contract.py) ------------------------------------------------------
+
+
+def engine_max_actions(explore_steps: int) -> int:
+    """Most gold actions an engine task can have: two writes (a multi_change plan) and the explored
+    reads whose results they used (kit/engine/synthesize.py)."""
+    return 2 + explore_steps
+
+
+def engine_budget_problem(field_: str, budget: Optional[int], synth_params: dict) -> Optional[Problem]:
+    """(field, message) when an episode budget of `budget` messages cannot fit a dialogue that scores
+    (kit.rollout.loop.step_budget_warning) on the longest task an engine with `synth_params` can make."""
+    from kit.rollout.loop import STEP_SLACK
+
+    if budget is None:
+        return None
+    most = engine_max_actions(synth_params.get("explore_steps", 2))
+    need = 3 + 2 * most
+    if budget < need + STEP_SLACK:
+        return (field_, f"{field_}={budget} is too tight for the engine's tasks: one with {most} gold actions "
+                f"needs {need} messages and {STEP_SLACK} spare ones are advised; episodes cut by max_steps score 0")
+    return None
+
+
+def check(ps, plan: list, budgets: bool) -> list[Problem]:
+    """The engine's own rollouts (group_size > 0) must fit its longest task."""
+    p = ps.params
+    problem = engine_budget_problem("max_messages", p.get("max_messages") if p.get("group_size") else None, p) \
+        if budgets else None
+    return [problem] if problem else []
+
+
+def report_entry(common: dict, out: Outputs, stage: str) -> Optional[dict]:
+    return {**common, "rounds": out.rounds_table()} if "rounds" in out.files else None
+
+
+def report_sections(data: dict, ctx: SectionContext) -> list:
+    from kit.report.build import engine_section
+
+    return [engine_section(data, ctx.out, ctx.figures)]
+
+
+CONTRACT = Contract(
+    names=("synthesize",), produces=Produces.DATA, training_data=True,
+    references={"model": Reference(Produces.MODEL, fallback=BASE_MODEL), "agent_model": Reference(Produces.MODEL),
+                "user_model": Reference(Produces.MODEL)},
+    check=check, report=ReportPart(bucket="engine", read=report_entry, sections=report_sections, rank=1))

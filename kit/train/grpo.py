@@ -289,7 +289,7 @@ class GRPOTrainer:
         if self.curve.due(self.step_idx, last=True):
             point = self._evaluate()
             if self.wandb_run is not None and self.acc.is_main_process:
-                self.wandb_run.log(M.wandb_keys("grpo", self.curve.metrics(point)), step=self.step_idx)
+                self.wandb_run.log(M.wandb_keys(M.WANDB_GRPO, self.curve.metrics(point)), step=self.step_idx)
             emit("eval", point)
         return history
 
@@ -419,7 +419,7 @@ class GRPOTrainer:
         if not self.acc.is_main_process:
             return
         if self.wandb_run is not None:
-            self.wandb_run.log(M.wandb_keys("grpo", m), step=m["step"])
+            self.wandb_run.log(M.wandb_keys(M.WANDB_GRPO, m), step=m["step"])
         elif self.cfg.print_metrics:
             keys = (M.REWARD_MEAN, M.FILTERED_FRAC, M.LOSS, M.CLIP_FRAC, M.GRAD_NORM, M.STEP_TIME)
             body = " ".join(f"{k}={m[k]:.4g}" for k in keys if k in m)
