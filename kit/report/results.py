@@ -43,7 +43,8 @@ def run_section(run_dir: str | Path, n_boot: int = 2000) -> list[str]:
     git, hw, recipe = m.get("git") or {}, m.get("hardware") or {}, m.get("recipe") or {}
     machine = (f"{hw.get('cpus', '?')} CPUs, {hw.get('memory_gib', '?')} GiB, GPU {hw.get('gpu') or 'none'}, "
                f"{m.get('platform') or '?'}") if hw else "not recorded"
-    lines = [f"## {m.get('run_id', run.name)}", "",
+    rid = m.get("run_id", run.name)
+    lines = [f"## {run.name}" + (f" (run id `{rid}`)" if rid != run.name else ""), "",
              f"recipe `{recipe.get('path')}`; commit `{(git.get('commit') or '?')[:12]}`"
              f"{' (dirty tree)' if git.get('dirty') else ''}; tau2 {m.get('tau2_version') or '?'}; "
              f"machine: {machine}; last updated {m.get('updated') or '?'}", ""]
