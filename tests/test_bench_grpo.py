@@ -15,7 +15,7 @@ from kit.envs import load_domain
 from kit.errors import NotFound
 
 FIELDS = {"step", "rollout_s", "score_s", "update_s", "step_s", "episodes", "episodes_per_s", "rows", "tokens",
-          "skip_reason", "turns"}
+          "skip_reason", "turns", "passes", "peak_rss_gib"}
 
 
 @pytest.mark.slow
@@ -32,6 +32,7 @@ def test_bench_grpo_writes_each_steps_times_and_the_parts_fit_in_the_step(tmp_pa
     assert step["rollout_s"] > 0 and step["update_s"] > 0  # filtering off: the update ran and was timed
     assert step["episodes"] == 2 and step["rows"] > 0 and step["tokens"] > 0 and step["skip_reason"] == ""
     assert step["turns"] >= step["rows"] and res["settings"]["pack_turns"] is True  # turns packed into rows
+    assert step["passes"] >= 1 and step["peak_rss_gib"] > 0  # the update ran at least one forward/backward pass
     assert step["episodes_per_s"] == pytest.approx(2 / step["step_s"])
     assert res["total"]["step_s"] == step["step_s"]
     printed = capsys.readouterr().out
