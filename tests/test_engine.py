@@ -178,25 +178,25 @@ def test_tool_patterns_keep_single_writes_at_least_as_common_as_pairs():
         assert all(lookup_param(load_domain(name), r, w) for r, w in lookups)
 
 
-def _unit(unit: str, rnd: int, proposals: list[dict], sft_agent: list[dict]) -> UnitResult:
-    return UnitResult(unit=unit, round=rnd, plan_id="plan0", proposals=proposals, accepted=[], pools={}, episodes=[],
-                      sft_agent=sft_agent, sft_user=[], sft_ungrounded=0, choice_fallbacks=0, wall_s=1.5)
+def _unit(unit: str, rnd: int, proposals: list[dict], samples: list[dict]) -> UnitResult:
+    return UnitResult(unit=unit, round=rnd, plan_id="plan0", proposals=proposals, accepted=[], episodes=[],
+                      samples_agent=samples, samples_user=[], sft_ungrounded=0, choice_fallbacks=0, wall_s=1.5)
 
 
 def test_store_commits_a_unit_whole_and_recover_drops_uncommitted_and_torn_lines(tmp_path):
     store = RunStore(tmp_path)
     line = store.commit(_unit("r0-p0", 0, [{"attempt": 0}, {"attempt": 1}], [{"s": 1}]))
-    assert line["lines"]["proposals.jsonl"] == 2 and line["lines"]["sft_agent.jsonl"] == 1 and line["proposals"] == 2
+    assert line["lines"]["proposals.jsonl"] == 2 and line["lines"]["samples_agent.jsonl"] == 1 and line["proposals"] == 2
     store.commit(_unit("r1-p0", 1, [{"attempt": 0}], []))
     store.append("proposals.jsonl", [{"attempt": 9}])  # a unit killed before its commit line ...
-    store.append("sft_agent.jsonl", [{"s": 9}])
+    store.append("samples_agent.jsonl", [{"s": 9}])
     with open(tmp_path / "proposals.jsonl", "a") as f:
         f.write('{"attempt": 10')  # ... and a torn last line
-    assert store.recover() == {"proposals.jsonl": 2, "sft_agent.jsonl": 1}
+    assert store.recover() == {"proposals.jsonl": 2, "samples_agent.jsonl": 1}
     assert store.recover() == {}  # idempotent
-    units = store.units(files=("proposals.jsonl", "sft_agent.jsonl"))  # line counts say whose lines are whose
+    units = store.units(files=("proposals.jsonl", "samples_agent.jsonl"))  # line counts say whose lines are whose
     assert [u.unit for u in units] == ["r0-p0", "r1-p0"]
-    assert units[0].proposals == [{"attempt": 0}, {"attempt": 1}] and units[0].rows["sft_agent.jsonl"] == [{"s": 1}]
+    assert units[0].proposals == [{"attempt": 0}, {"attempt": 1}] and units[0].samples("agent") == [{"s": 1}]
     assert [u.unit for u in store.units(round=1)] == ["r1-p0"] and store.units(round=1)[0].proposals == [{"attempt": 0}]
 
 
@@ -214,15 +214,21 @@ def test_round_stats_is_a_pure_function_whose_fields_are_the_rounds_csv_columns(
     trajs = [{"task_id": "t0", "meta": {"reward": 1.0, "user_deviations": []}},
              {"task_id": "t0", "meta": {"reward": 0.0, "user_deviations": [{"kind": "role_flip"}]}}]
     fail = {"task_id": "t0", "label": "agent", "rule": "wrong_write", "evidence": "x"}
-    summary = {"unit": "r0-p0", "round": 0, "sft_agent": 2, "sft_user": 1, "sft_ungrounded": 1,
+    summary = {"unit": "r0-p0", "round": 0, "samples_agent": 3, "samples_user": 1, "sft_ungrounded": 1,
                "choice_fallbacks": 0, "wall_s": 2.0}
-    units = [CommittedUnit(summary, {"proposals.jsonl": [prop], "trajectories.jsonl": trajs, "failures.jsonl": [fail]}),
+    samples = [{"task_id": "t0"}, {"task_id": "t0"}, {"task_id": "t9"}]  # t9: a task of another round
+    units = [CommittedUnit(summary, {"proposals.jsonl": [prop], "trajectories.jsonl": trajs, "failures.jsonl": [fail],
+                                     "samples_agent.jsonl": samples, "samples_user.jsonl": samples[:1]}),
              CommittedUnit({**summary, "unit": "r0-p1", "wall_s": 1.0}, {"proposals.jsonl": [bad]})]
-    row = round_stats(0, plans, units)
-    assert row == round_stats(0, plans, units)
+    pools = {"t0": "sft", "t9": "sft"}
+    row = round_stats(0, plans, units, pools)
+    assert row == round_stats(0, plans, units, pools)
+    assert (row.sft_pool, row.rl_pool, row.sft_user) == (1, 0, 1)
+    in_rl = round_stats(0, plans, units, {"t0": "rl", "t9": "sft"})  # t0 in the RL pool: its samples are not SFT data
+    assert (in_rl.sft_pool, in_rl.rl_pool, in_rl.sft_agent, in_rl.sft_user) == (0, 1, 1, 0)
     assert (row.proposals, row.built, row.accepted, row.acceptance_rate, row.reject_synthesis) == (2, 1, 1, 0.5, 1)
     assert (row.episodes, row.pass_rate, row.user_deviation_rate, row.failures_agent) == (2, 0.5, 0.5, 1)
-    assert (row.fidelity_templated, row.repaired, row.sft_agent, row.sft_ungrounded, row.wall_s) == (1, 1, 4, 2, 3.0)
+    assert (row.fidelity_templated, row.repaired, row.sft_agent, row.sft_ungrounded, row.wall_s) == (1, 1, 3, 2, 3.0)
     stats, examples, patterns = plan_feedback(plans, units)
     assert stats["plan1"]["rejections"] == {SynthesisFailure.WRITE_FAILED: 1} and stats["plan0"]["episodes"] == 2
     assert examples["plan1"] == ["synthesis: write_failed: create_task failed after 2 repairs (x)"]
@@ -261,9 +267,9 @@ def test_old_rejection_records_load_typed_and_count_as_before():
     units = [CommittedUnit({"unit": "r0-p0", "round": 0, "sft_agent": 0, "sft_user": 0, "choice_fallbacks": 0,
                             "wall_s": 0.0}, {"proposals.jsonl": rows})]
     new = [CommittedUnit(units[0].summary, {"proposals.jsonl": [dict(r, reasons=[w.to_json()]) for r, w in zip(rows, whys)]})]
-    row = round_stats(0, plans, units)
+    row = round_stats(0, plans, units, {})
     assert (row.reject_synthesis, row.reject_checker_strength, row.reject_grounded_args) == (4, 1, 1)
-    assert row == round_stats(0, plans, new) and plan_feedback(plans, units) == plan_feedback(plans, new)
+    assert row == round_stats(0, plans, new, {}) and plan_feedback(plans, units) == plan_feedback(plans, new)
     assert plan_feedback(plans, units)[0]["plan0"]["rejections"] == {
         "write_failed": 1, "empty_value": 1, "other": 2, "checker_strength": 1, "grounded_args": 1}
 

@@ -91,7 +91,7 @@ def _engine_stage(run: Path, dom, task, broken) -> dict:
             row["task"] = json.loads(t.model_dump_json(exclude_none=True))
         props.append(row)
     RunStore(st.out_dir).commit(UnitResult(unit="r0-p0", round=0, plan_id="plan0", proposals=props, accepted=[rec],
-                                           pools={rec.task.id: "rl"}, episodes=episodes, sft_agent=[], sft_user=[], sft_ungrounded=0,
+                                           episodes=episodes, samples_agent=[], samples_user=[], sft_ungrounded=0,
                                            choice_fallbacks=0))
     write_json(st.out_dir / "manifest.json", {"config": {"llm_judge": False, "validation": True}})
     write_rounds_csv(st.out_dir / "rounds.csv", [RoundRow(**({c: 0 for c in ROUND_COLUMNS} | {"round": 0, "proposals": 2,

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from kit.engine.pools import task_pool
+from kit.engine.pools import assign_pools, rl_quota, task_pool
 from kit.envs import load_domain
 from kit.errors import BadInput
 from kit.stages.grpo import check_pool_overlap, policy_sft_data
@@ -31,6 +31,39 @@ def test_pools_are_a_deterministic_share_and_equal_solutions_share_a_pool():
     # the share holds over many (task, seed) draws: 9 tasks x 40 seeds
     share = sum(task_pool(t, 0.33, seed) == "rl" for t in tasks for seed in range(40)) / (len(tasks) * 40)
     assert 0.25 < share < 0.41
+
+
+def _task(i: int, tools: list[str]) -> dict:
+    """A task as its JSON: gold actions `tools`, each with an argument that makes its solution unique."""
+    return {"id": f"t{i}", "evaluation_criteria": {"actions": [
+        {"action_id": str(k), "name": n, "arguments": {"task_id": f"task_{i}"}} for k, n in enumerate(tools)]}}
+
+
+def test_pattern_split_gives_every_tool_pattern_its_share_of_both_pools():
+    creates = [_task(i, ["get_users", "create_task"]) for i in range(12)]
+    updates = [_task(100 + i, ["update_task_status"]) for i in range(4)]
+    lone = [_task(200, ["get_users", "update_task_status", "create_task"])]
+    tasks = creates + updates + lone
+    pools = assign_pools(tasks, 0.33, seed=0, split="pattern")
+    assert set(pools) == {t["id"] for t in tasks}
+    assert sum(pools[t["id"]] == "rl" for t in creates) == 4  # round(0.33 x 12)
+    assert sum(pools[t["id"]] == "rl" for t in updates) == 1  # round(0.33 x 4) = 1, and at least one each way
+    assert pools == assign_pools(list(reversed(tasks)), 0.33, seed=0, split="pattern")  # order-free: resumes agree
+    # a pattern of two or more always reaches both pools, whatever the seed; hash alone does not
+    both = [all({pools[t["id"]] for t in ts} == {"sft", "rl"} for ts in (creates, updates))
+            for pools in (assign_pools(tasks, 0.2, seed=s, split="pattern") for s in range(20))]
+    assert all(both)
+    by_hash = [{task_pool(t, 0.2, s) for t in updates} for s in range(20)]
+    assert any(len(p) == 1 for p in by_hash)  # some seed puts all four updates in one pool
+    assert assign_pools(tasks, 0.33, seed=3, split="hash") == {t["id"]: task_pool(t, 0.33, 3) for t in tasks}
+    # equal solutions share a pool under the pattern split too
+    twin = dict(creates[0], id="twin")
+    p2 = assign_pools(tasks + [twin], 0.5, seed=1, split="pattern")
+    assert p2["twin"] == p2[creates[0]["id"]]
+    assert [rl_quota(n, 0.33, 0.9) for n in (0, 1, 2, 3, 12)] == [0, 0, 1, 1, 4]
+    assert rl_quota(1, 0.33, 0.1) == 1 and rl_quota(5, 0.0, 0.0) == 0 and rl_quota(5, 1.0, 0.9) == 5
+    with pytest.raises(ValueError, match="split must be"):
+        assign_pools(tasks, 0.3, split="random")
 
 
 def _sft_stage(tmp_path, tasks):

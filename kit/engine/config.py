@@ -5,7 +5,7 @@ them); `EngineConfig` adds what the caller resolves (domain, run folder, backend
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +36,10 @@ class EngineKnobs(BaseModel):
                             "pool (rl_tasks.jsonl: tasks + checkers for `grpo`) instead of the SFT pool "
                             "(sft_tasks.jsonl; their gold dialogues are the SFT data); the pools are disjoint "
                             "(kit/engine/pools.py). 0: every task is SFT data and GRPO falls back to a split.")
+    pool_split: Literal["pattern", "hash"] = Field(
+        default="pattern", description="How tasks are split into the pools: 'pattern' gives every gold tool pattern "
+        "its share in both pools (at least one task each when it has two or more); 'hash' draws each solution "
+        "by a hash alone (a rare pattern can miss the RL pool) (kit/engine/pools.py).")
     gold_dialogues: bool = Field(default=True, description="Also write each accepted task's gold-replay dialogue "
                                  "to sft_agent.jsonl (meta.source = 'gold').")
     choice_temperature: float = Field(default=1.0, ge=0.0, description="Softmax temperature of constrained choices.")

@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from kit import metrics as M
 from kit.enums import TextEnum
 
 if TYPE_CHECKING:  # the store reads records without loading tau2
@@ -29,8 +28,12 @@ if TYPE_CHECKING:  # the store reads records without loading tau2
     from kit.verify import Verdict
 
 # The data files of a run, in the order a unit's lines are written (units.jsonl comes last: the commit).
-DATA_FILES = ("tasks.jsonl", "rl_tasks.jsonl", "sft_tasks.jsonl", "trajectories.jsonl", "sft_agent.jsonl", "sft_user.jsonl",
+# checked_tasks.jsonl holds every accepted task with its checker, samples_<role>.jsonl the SFT samples
+# of every accepted task; the pools (rl_tasks.jsonl, sft_tasks.jsonl) and the SFT data of the SFT pool
+# (sft_agent.jsonl, sft_user.jsonl) are views of these, written after each round (kit/engine/pools.py).
+DATA_FILES = ("tasks.jsonl", "checked_tasks.jsonl", "trajectories.jsonl", "samples_agent.jsonl", "samples_user.jsonl",
               "failures.jsonl", "proposals.jsonl")
+POOL_VIEWS = ("rl_tasks.jsonl", "sft_tasks.jsonl", "sft_agent.jsonl", "sft_user.jsonl")
 
 
 class Check(TextEnum):
@@ -134,10 +137,9 @@ class UnitResult:
     proposals: list[dict]              # proposals.jsonl rows: every attempt, its decisions and reasons
                                        # (Rejection.to_json() each)
     accepted: list[CheckedTask]        # the tasks the validator accepted, with their checkers
-    pools: dict[str, str]              # accepted task id -> "sft" or "rl" (kit/engine/pools.py)
     episodes: list[Episode]            # group_size rollouts per accepted task
-    sft_agent: list[dict]
-    sft_user: list[dict]
+    samples_agent: list[dict]          # SFT samples of every accepted task (the pools choose later which
+    samples_user: list[dict]           # are SFT data: kit/engine/pools.py)
     sft_ungrounded: int                # SFT samples the grounding check dropped
     choice_fallbacks: int              # constrained choices that fell back (kit/engine/choice.py)
     wall_s: float = 0.0
@@ -146,11 +148,10 @@ class UnitResult:
         """Rows of each data file (DATA_FILES order): dicts, pydantic models or JSON strings."""
         return {
             "tasks.jsonl": [rec.task.model_dump_json(exclude_none=True) for rec in self.accepted],
-            "rl_tasks.jsonl": [rec for rec in self.accepted if self.pools[rec.task.id] == "rl"],
-            "sft_tasks.jsonl": [rec for rec in self.accepted if self.pools[rec.task.id] == "sft"],
+            "checked_tasks.jsonl": self.accepted,
             "trajectories.jsonl": [e.trajectory for e in self.episodes],
-            "sft_agent.jsonl": self.sft_agent,
-            "sft_user.jsonl": self.sft_user,
+            "samples_agent.jsonl": self.samples_agent,
+            "samples_user.jsonl": self.samples_user,
             "failures.jsonl": [e.failure for e in self.episodes if e.failure is not None],
             "proposals.jsonl": self.proposals,
         }
@@ -158,10 +159,9 @@ class UnitResult:
     def summary(self) -> dict:
         """The unit's units.jsonl fields (besides its id and line counts)."""
         return {"round": self.round, "plan": self.plan_id, "proposals": len(self.proposals),
-                "accepted": len(self.accepted),
-                "rl_pool": sum(p == "rl" for p in self.pools.values()),
-                "sft_pool": sum(p == "sft" for p in self.pools.values()), "episodes": len(self.episodes),
-                M.AGENT_SAMPLES: len(self.sft_agent), M.USER_SAMPLES: len(self.sft_user), "sft_ungrounded": self.sft_ungrounded,
+                "accepted": len(self.accepted), "episodes": len(self.episodes),
+                "samples_agent": len(self.samples_agent), "samples_user": len(self.samples_user),
+                "sft_ungrounded": self.sft_ungrounded,
                 "choice_fallbacks": self.choice_fallbacks, "wall_s": self.wall_s}
 
 
@@ -197,3 +197,7 @@ class CommittedUnit:
     @property
     def failures(self) -> list[dict]:
         return self.rows.get("failures.jsonl", [])
+
+    def samples(self, role: str) -> list[dict]:
+        """The unit's SFT samples of `role` ("agent" or "user"), every accepted task's."""
+        return self.rows.get(f"samples_{role}.jsonl", [])

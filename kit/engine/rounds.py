@@ -1,6 +1,6 @@
 """A round's numbers, as pure functions of its plans and its committed units.
 
-    row = round_stats(r, plans, units)               # RoundRow: one line of rounds.csv
+    row = round_stats(r, plans, units, pools)        # RoundRow: one line of rounds.csv
     stats, examples, patterns = plan_feedback(plans, units)   # what the reflector reads
 
 `RoundRow`'s fields are rounds.csv's columns, in order (ROUND_COLUMNS); nothing else decides them.
@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Optional
 
-from kit import metrics as M
 from kit.engine.plans import diversity
 from kit.engine.records import Check, CommittedUnit
 from kit.engine.store import atomic_write
@@ -69,9 +68,15 @@ class RoundRow:
 ROUND_COLUMNS = [f.name for f in fields(RoundRow)]
 
 
-def round_stats(r: int, plans: list, units: list[CommittedUnit]) -> RoundRow:
-    """Round `r`'s row of rounds.csv from its plans and its committed units."""
+def round_stats(r: int, plans: list, units: list[CommittedUnit], pools: dict[str, str]) -> RoundRow:
+    """Round `r`'s row of rounds.csv from its plans, its committed units (read with their samples
+    files for the SFT counts) and the run's pools ({task id: "sft" | "rl"}, kit/engine/pools.py)."""
     props = [p for u in units for p in u.proposals]
+    ids = [p["task_id"] for p in props if p["accepted"]]
+
+    def sft_samples(role: str) -> int:
+        return sum(pools.get(s.get("task_id")) == "sft" for u in units for s in u.samples(role))
+
     trajs = [t for u in units for t in u.trajectories]
     rej = Counter(why.check for u in units for _, why in u.rejections())
     labels = Counter(f["label"] for u in units for f in u.failures)
@@ -80,7 +85,7 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit]) -> RoundRow:
     return RoundRow(
         round=r, plans=len(plans), proposals=len(props), built=sum(p["task_id"] is not None for p in props),
         accepted=accepted, acceptance_rate=round(accepted / max(len(props), 1), 4),
-        sft_pool=sum(u.summary.get("sft_pool", 0) for u in units), rl_pool=sum(u.summary.get("rl_pool", 0) for u in units),
+        sft_pool=sum(pools.get(i) == "sft" for i in ids), rl_pool=sum(pools.get(i) == "rl" for i in ids),
         repaired=sum(bool(p["repairs"]) for p in props),
         **{f"reject_{c.value}": rej.get(c, 0) for c in Check},
         fidelity_templated=sum(any(str(x).startswith("fidelity:") for x in p["repairs"]) for p in props),
@@ -89,7 +94,7 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit]) -> RoundRow:
         user_deviation_rate=(round(sum(bool(t["meta"].get("user_deviations")) for t in trajs) / len(trajs), 4)
                              if trajs else None),
         diversity=round(diversity(plans), 4),
-        sft_agent=sum(u.summary[M.AGENT_SAMPLES] for u in units), sft_user=sum(u.summary[M.USER_SAMPLES] for u in units),
+        sft_agent=sft_samples("agent"), sft_user=sft_samples("user"),
         sft_ungrounded=sum(u.summary.get("sft_ungrounded", 0) for u in units),
         choice_fallbacks=sum(u.summary["choice_fallbacks"] for u in units),
         wall_s=round(sum(u.summary["wall_s"] for u in units), 1),

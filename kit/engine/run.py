@@ -10,10 +10,12 @@ it (kit/engine/store.py) → the round's row of rounds.csv, a pure function of i
 (kit/engine/rounds.py) → the reflector (kit/engine/reflect.py) writes the next round's plans.
 Rerunning with the same out_dir resumes at the first uncommitted unit.
 
-Outputs (runs/<id>/): tasks.jsonl (tau2 Task per line), rl_tasks.jsonl (task + checker),
-trajectories.jsonl, sft_agent.jsonl, sft_user.jsonl, failures.jsonl, proposals.jsonl (every
-attempt with its decisions and rejection reasons), units.jsonl (commits), rounds.csv,
-plans/round_<k>.json, prompts/round_<k>/, manifest.json.
+Outputs (runs/<id>/): tasks.jsonl (tau2 Task per line), checked_tasks.jsonl (task + checker),
+trajectories.jsonl, samples_agent.jsonl / samples_user.jsonl (SFT samples of every accepted task),
+failures.jsonl, proposals.jsonl (every attempt with its decisions and rejection reasons), units.jsonl
+(commits); after each round, the two disjoint pools as views of those (`_write_pools`,
+kit/engine/pools.py): rl_tasks.jsonl (task + checker, for grpo), sft_tasks.jsonl and their SFT data
+sft_agent.jsonl / sft_user.jsonl; rounds.csv, plans/round_<k>.json, prompts/round_<k>/, manifest.json.
 """
 
 from __future__ import annotations
@@ -38,11 +40,14 @@ from kit.engine.choice import Chooser
 from kit.engine.config import EngineConfig
 from kit.engine.plans import load_plans, meta_plan, save_plans
 from kit.engine.prompts import Prompts
-from kit.engine.pools import task_pool
+from kit.engine.pools import POOL_FILES, assign_pools
 from kit.engine.records import Check, CommittedUnit, Episode, Rejection, UnitResult
 from kit.engine.reflect import reflect
 from kit.engine.rounds import RoundRow, plan_feedback, round_stats, write_rounds_csv
 from kit.engine.store import RunStore, atomic_write, unit_id
+
+# what round statistics read of a committed unit
+ROUND_FILES = ("proposals.jsonl", "trajectories.jsonl", "failures.jsonl", "samples_agent.jsonl", "samples_user.jsonl")
 from kit.engine.synthesize import Synthesizer
 from kit.engine.validate import executable_checks, llm_judgment, make_checker
 from kit.envs.domain import load_domain
@@ -228,16 +233,11 @@ class Engine:
             if rec is not None:
                 accepted.append(rec)
         episodes = self._rollouts(unit, r, accepted) if accepted and self.cfg.group_size > 0 else []
-        # two disjoint pools: only the SFT pool's tasks (and their rollouts) become SFT data
-        pools = {rec.task.id: task_pool(rec.task, self.cfg.rl_share, self.cfg.seed) for rec in accepted}
-        sft_pool = [rec for rec in accepted if pools[rec.task.id] == "sft"]
-        sft_agent, sft_user, ungrounded = self._sft(
-            sft_pool, [e.trajectory for e in episodes if pools[e.trajectory.task_id] == "sft"])
-        for row in proposals:
-            if row["accepted"]:
-                row["pool"] = pools[row["task_id"]]
-        return UnitResult(unit=unit, round=r, plan_id=plan.id, proposals=proposals, accepted=accepted, pools=pools,
-                          episodes=episodes, sft_agent=sft_agent, sft_user=sft_user, sft_ungrounded=ungrounded,
+        # samples of every accepted task; which of them are SFT data is the pools' choice (_write_pools)
+        samples_agent, samples_user, ungrounded = self._sft(accepted, [e.trajectory for e in episodes])
+        return UnitResult(unit=unit, round=r, plan_id=plan.id, proposals=proposals, accepted=accepted,
+                          episodes=episodes, samples_agent=samples_agent, samples_user=samples_user,
+                          sft_ungrounded=ungrounded,
                           choice_fallbacks=chooser.fallbacks, wall_s=round(time.perf_counter() - t0, 2))
 
     def _rollouts(self, unit: str, r: int, accepted: list[CheckedTask]) -> list[Episode]:
@@ -327,6 +327,26 @@ class Engine:
         save_plans(self._plans_path(r + 1), new)
         self.prompts.save(self.out / "prompts" / f"round_{r + 1}", new)
 
+    def _write_pools(self) -> dict[str, str]:
+        """Split every accepted task so far into the two disjoint pools (kit/engine/pools.py) and write
+        them, with the SFT pool's samples as the SFT data (each file replaced whole, atomically);
+        returns {task id: pool}. A function of the committed units alone: a resumed run writes the same."""
+        from kit.files import read_jsonl
+
+        checked = [CheckedTask.model_validate(r) for r in read_jsonl(self.out / "checked_tasks.jsonl")]
+        pools = assign_pools([c.task for c in checked], self.cfg.rl_share, self.cfg.seed, self.cfg.pool_split)
+
+        def lines(rows) -> str:
+            return "".join((r.model_dump_json() if hasattr(r, "model_dump_json") else json.dumps(r, ensure_ascii=False))
+                           + "\n" for r in rows)
+
+        for pool, name in POOL_FILES.items():
+            atomic_write(self.out / name, lines(c for c in checked if pools[c.task.id] == pool))
+        for role in ("agent", "user"):
+            samples = read_jsonl(self.out / f"samples_{role}.jsonl")
+            atomic_write(self.out / f"sft_{role}.jsonl", lines(s for s in samples if pools.get(s.get("task_id")) == "sft"))
+        return pools
+
     def run(self) -> EngineResult:
         """Every round: plans → units → commit → rounds.csv row → next round's plans."""
         dropped = self.store.recover()
@@ -347,7 +367,9 @@ class Engine:
                 bar.update(1)
                 bar.set_postfix(round=r, **shown)
             units = self.store.units(round=r)
-            rows.append(round_stats(r, plans, units))
+            pools = self._write_pools()  # over every round so far: earlier rounds' pool counts may move
+            rows = [round_stats(i, load_plans(self._plans_path(i)) if i < r else plans,
+                                self.store.units(round=i, files=ROUND_FILES), pools) for i in range(r + 1)]
             write_rounds_csv(self.out / "rounds.csv", rows)
             self._log_wandb(rows[-1].as_dict())
             if r + 1 < self.cfg.rounds and not self._plans_path(r + 1).exists():

@@ -18,7 +18,7 @@ Where each comes from, read back with the kit's own readers and models:
     differs from eval.json's is shown on the episode, never hidden.
   - an engine run (kit/engine/store.py): committed units (`RunStore.units`), each trajectory's meta
     (the checker's reward and breakdown, the user deviations), its failures.jsonl row (attribution),
-    its task and checker (rl_tasks.jsonl as `CheckedTask`), and proposals.jsonl (every attempt, its
+    its task and checker (checked_tasks.jsonl as `CheckedTask`), and proposals.jsonl (every attempt, its
     rejection reasons; a rejected attempt's task when the engine recorded it).
 
 Size: at most `cap` episodes per evaluation and per engine round (default 40), whole tasks in one
@@ -244,7 +244,9 @@ def engine_groups(en: dict, texts: dict, cap: Optional[int] = CAP,
     except RuntimeError as e:  # a run folder from an older kit
         return [], [{"id": f"engine:{en['key']}", "label": en["key"], "note": str(e), "proposals": []}]
     checked = {}
-    for name in POOL_FILES.values():  # both pools: every accepted task with its checker
+    # every accepted task with its checker (an older run folder: its two pools)
+    names = ["checked_tasks.jsonl"] if (d / "checked_tasks.jsonl").exists() else list(POOL_FILES.values())
+    for name in names:
         for row in read_jsonl(d / name):
             rec = CheckedTask.model_validate(row)
             checked[rec.task.id] = rec

@@ -105,6 +105,9 @@ class Curriculum:
 def gold_pattern(task: Any) -> str:
     """A task's gold tool pattern: its gold actions' names in order ("get_users > create_task"), or
     "no_actions"."""
+    if isinstance(task, dict):  # a task as its JSON
+        names = [a["name"] for a in ((task.get("evaluation_criteria") or {}).get("actions") or [])]
+        return " > ".join(names) or "no_actions"
     crit = getattr(task, "evaluation_criteria", None)
     names = [a.name for a in (getattr(crit, "actions", None) or [])]
     return " > ".join(names) or "no_actions"
