@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from kit.envs.domain import Domain
-from kit.trajectory import Message, ToolCall, Trajectory, messages_from_tau2
+from kit.trajectory import Message, Termination, ToolCall, Trajectory, messages_from_tau2
 
 
 def trajectory_from_actions(
@@ -86,7 +86,7 @@ def gold_trajectory(domain: Domain, task) -> Trajectory:
 
     opening = scenario_opening(domain, task, seed="gold")
     traj = trajectory_from_actions(domain, task, gold_actions(task), gold_final_text(task, domain),
-                                   termination_reason="user_stop", opening=opening, closing=CLOSING,
+                                   termination_reason=Termination.USER_STOP, opening=opening, closing=CLOSING,
                                    exchange=asked_exchange(domain, task, seed="gold"))
     traj.meta.update({"source": "gold", "stop_signal": "stop"})
     return traj

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from kit import _tau2  # noqa: F401
 from kit.files import BadLine, iter_jsonl  # noqa: F401  (kit.trajectory.BadLine stays importable)
 from kit.llm.types import ToolCall  # the one ToolCall: backends parse it, trajectories store it
+from kit.enums import TextEnum
 
 from tau2.data_model import message as tm  # noqa: E402
 from tau2.data_model.simulation import SimulationRun, TerminationReason  # noqa: E402
@@ -26,6 +27,9 @@ Requestor = Literal["assistant", "user"]
 
 # tau2's termination reasons; only AGENT_STOP and USER_STOP are eligible for a reward.
 TERMINATION_REASONS = [r.value for r in TerminationReason]
+# tau2's termination reasons as a kit TextEnum: members compare equal to their text and format as it
+# (a trajectory's `termination_reason`; Termination.MAX_STEPS == "max_steps")
+Termination = TextEnum("Termination", {r.name: r.value for r in TerminationReason})
 
 
 class Message(BaseModel):
@@ -51,7 +55,7 @@ class Trajectory(BaseModel):
     task_id: str
     domain: Optional[str] = None
     messages: list[Message] = Field(default_factory=list)
-    termination_reason: str = TerminationReason.AGENT_STOP.value
+    termination_reason: Termination = Termination.AGENT_STOP
     trial: Optional[int] = None
     seed: Optional[int] = None
     start_time: Optional[str] = None

@@ -5,6 +5,7 @@ outside kit/stages: the rest of the kit loops over the registered stages."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -100,3 +101,35 @@ def test_contracts_and_validation_import_no_torch():
     r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(root)})
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_choices_are_typed_once_and_old_run_folders_still_read():
+    """GRPO's task source, its skip reasons and a trajectory's termination are typed values (enums or a
+    pydantic model), parsed once; the text an older stage.json or trajectories.jsonl holds reads back."""
+    from kit.stages.grpo import Outputs, TaskSource, leak_sources
+    from kit.train.grpo_config import SkipReason
+    from kit.trajectory import Termination, Trajectory
+
+    old = {"engine": ("engine", None), "split:train": ("split", "train"), "fallback:split 'train'": ("fallback", "train"),
+           "fallback:default set, no split 'train'": ("fallback", "default")}
+    for text, (kind, split) in old.items():
+        src = TaskSource.model_validate(text)
+        assert (src.kind, src.split) == (kind, split)
+        assert TaskSource.model_validate(src.model_dump()) == src and str(TaskSource.model_validate(str(src))) == str(src)
+    assert leak_sources({"task_source": {"kind": "fallback", "split": "default"}}) == ["split:default"]
+    assert leak_sources({"task_source": "fallback:split 'train'"}) == ["split:train"]
+    assert leak_sources({"task_source": {"kind": "engine"}}) == [] and leak_sources({}) == []
+    with pytest.raises(ValueError):
+        TaskSource.model_validate("somewhere:else")
+    out = Outputs(files={}, steps=2, tasks=3, task_source="engine", user_tag="raw",
+                  skip_reasons={"all_groups_filtered": 1})
+    assert out.skip_reasons == {SkipReason.ALL_GROUPS_FILTERED: 1} and out.task_source.kind == "engine"
+    assert json.loads(out.model_dump_json())["skip_reasons"] == {"all_groups_filtered": 1}
+    with pytest.raises(ValueError):
+        Outputs(files={}, steps=1, tasks=1, task_source="engine", user_tag="raw", skip_reasons={"tired": 1})
+    t = Trajectory.model_validate({"task_id": "x", "termination_reason": "max_steps"})
+    assert t.termination_reason is Termination.MAX_STEPS and t.termination_reason == "max_steps"
+    assert f"{t.termination_reason}" == "max_steps" and json.loads(t.model_dump_json())["termination_reason"] == "max_steps"
+    assert t.to_tau2().termination_reason.value == "max_steps"
+    with pytest.raises(ValueError):
+        Trajectory.model_validate({"task_id": "x", "termination_reason": "bored"})

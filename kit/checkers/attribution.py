@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from kit.envs.domain import Domain
 from kit.replay import gold_trajectory
 from kit.rollout.fidelity import claims_done, user_deviations
-from kit.trajectory import Trajectory
+from kit.trajectory import Termination, Trajectory
 from kit.verify import Verdict, verify
 from kit.verify.actions import action_matches, check_actions
 
@@ -110,7 +110,7 @@ def attribute(domain: Domain, task, traj: Trajectory,
                            message=traj.messages[first_dev.turn].content, evidence=first_dev.evidence)
     if agent_div is not None:
         return agent_div
-    if traj.termination_reason in ("max_steps", "too_many_errors"):
+    if traj.termination_reason in (Termination.MAX_STEPS, Termination.TOO_MANY_ERRORS):
         return Attribution(label="agent", rule="ended_early", evidence=f"terminated by {traj.termination_reason}")
     crit = task.evaluation_criteria
     missing = [c for c in check_actions((crit.actions if crit else None) or [], traj.messages) if not c["met"]]

@@ -85,7 +85,7 @@ def grpo_row(r: dict) -> dict:
             "trained steps": f"{o.trained_steps}/{o.steps}" if recorded else None,
             "skip reasons": ", ".join(f"{k}: {v}" for k, v in o.skip_reasons.items()) or "none",
             "best step": o.best_step, "best val pass^1": o.best_pass1, "last val pass^1": o.last_pass1,
-            "user simulator": o.user_tag, "tasks from": o.task_source, "tasks": o.tasks,
+            "user simulator": o.user_tag, "tasks from": str(o.task_source), "tasks": o.tasks,
             "reward first": h[M.REWARD_MEAN].iloc[0] if M.REWARD_MEAN in h and n else None,
             "reward last": h[M.REWARD_MEAN].iloc[-1] if M.REWARD_MEAN in h and n else None,
             "filtered frac (mean)": h[M.FILTERED_FRAC].mean() if M.FILTERED_FRAC in h else None,

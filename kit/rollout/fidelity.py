@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kit.trajectory import Trajectory
+from kit.trajectory import Termination, Trajectory
 
 # ids with digits (4WQ150, #W2378156, user_1), emails, long numbers, dollar amounts
 _FACT = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+|#?\b(?=[A-Za-z_]*\d)[A-Za-z0-9_]{4,}\b|\$?\d+(?:\.\d+)?")
@@ -87,7 +87,7 @@ def user_deviations(task, traj: Trajectory, goal_reached: bool | None = None) ->
                 if tc.name not in needed_user_tools and not asked:
                     out.append(Deviation(i, "unrequested_tool", tc.name))
             said += " " + _norm(text)
-    if (traj.termination_reason == "user_stop" and traj.meta.get("stop_signal") in (None, "stop")
+    if (traj.termination_reason == Termination.USER_STOP and traj.meta.get("stop_signal") in (None, "stop")
             and goal_reached is False):
         last_user = max((i for i, m in enumerate(traj.messages) if m.role == "user"), default=0)
         told = next((m.content for m in reversed(traj.messages[:last_user]) if m.role == "assistant" and m.has_text()),
@@ -99,7 +99,7 @@ def user_deviations(task, traj: Trajectory, goal_reached: bool | None = None) ->
 
 # ----- per-episode protocol measures (pure functions; kit.eval.runner adds them as columns) -------
 
-_STOP_TERMINATIONS = ("user_stop", "agent_stop")
+_STOP_TERMINATIONS = (Termination.USER_STOP, Termination.AGENT_STOP)
 
 
 def _norm_value(s: str) -> str:

@@ -38,7 +38,7 @@ from kit.envs.episode import EpisodeEnv
 from kit.llm.types import Backend, Completion, SamplingParams
 from kit.rollout.prompts import FIRST_AGENT_MESSAGE, STOP, USER_STOP_SIGNALS, agent_system_prompt, user_system_prompt
 from kit.rollout.views import agent_view, user_view
-from kit.trajectory import Message, ToolCall, Trajectory, messages_from_tau2
+from kit.trajectory import Message, Termination, ToolCall, Trajectory, messages_from_tau2
 
 TRANSFER_TOOL = "transfer_to_human_agents"
 
@@ -105,7 +105,7 @@ class _Episode:
     next: Optional[str] = "user"  # "assistant" | "user" | None (done)
     steps: int = 0
     errors: int = 0
-    termination: Optional[str] = None
+    termination: Optional[Termination] = None
     stop_signal: Optional[str] = None
     start: float = field(default_factory=time.perf_counter)
     started_at: str = field(default_factory=lambda: datetime.now().isoformat())
@@ -172,7 +172,7 @@ def _apply(ep: _Episode, domain: Domain, role: str, c: Completion, latency: floa
         ep.errors += len(c.parse_errors)
         ep.next = role  # the caller speaks again after its tool results
         if role == "assistant" and any(tc.name == TRANSFER_TOOL and not m.error for tc, m in pairs):
-            ep.termination, ep.stop_signal = "user_stop", "transfer"
+            ep.termination, ep.stop_signal = Termination.USER_STOP, "transfer"
         return
     if c.parse_errors:  # text that tried to be a tool call and failed: show the error, go on
         ep.messages.append(Message(role=role, content=c.raw, turn_idx=turn, meta=meta))
@@ -187,12 +187,12 @@ def _apply(ep: _Episode, domain: Domain, role: str, c: Completion, latency: floa
     ep.steps += 1
     if role == "assistant":
         if STOP in (c.text or ""):
-            ep.termination = "agent_stop"
+            ep.termination = Termination.AGENT_STOP
         ep.next = "user"
     else:
         for token, signal in USER_STOP_SIGNALS.items():
             if token in (c.text or ""):
-                ep.termination, ep.stop_signal = "user_stop", signal
+                ep.termination, ep.stop_signal = Termination.USER_STOP, signal
                 break
         ep.next = "assistant"
 
@@ -215,7 +215,7 @@ def run_episodes(
     calls = 0
     bar = tqdm(total=len(eps), desc=f"episodes {domain.name}", disable=not progress, leave=False)
 
-    def finish(ep: _Episode, reason: Optional[str] = None) -> None:
+    def finish(ep: _Episode, reason: Optional[Termination] = None) -> None:
         ep.termination = ep.termination or reason
         ep.next = None
         traj = Trajectory(
@@ -237,9 +237,9 @@ def run_episodes(
         if ep.termination:
             finish(ep)
         elif ep.errors >= cfg.max_errors:
-            finish(ep, "too_many_errors")
+            finish(ep, Termination.TOO_MANY_ERRORS)
         elif ep.steps >= cfg.max_messages:
-            finish(ep, "max_steps")
+            finish(ep, Termination.MAX_STEPS)
 
     for ep in eps:  # a history that already ends the episode
         if ep.messages and ep.messages[-1].role == "assistant" and STOP in (ep.messages[-1].content or ""):

@@ -16,6 +16,8 @@ same begin / run / finish; only the main process (env RANK 0) starts W&B and wri
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import json
 import os
 import random
@@ -213,17 +215,29 @@ def begin(stage: str, namespace: dict) -> Stage:
     return st
 
 
-def split_tasks(domain: Any, split: Optional[str], st: Optional[Stage] = None, purpose: str = "") -> tuple[list, str]:
-    """(tasks, what they are) of a split; a domain without that split (mock has only its default
+@dataclass(frozen=True)
+class SplitUse:
+    """Which split a stage's tasks came from: `used` is the split whose tasks it got ("default": the
+    domain's default set, when the one `asked` for does not exist); printed for people."""
+
+    asked: Optional[str]
+    used: str
+
+    def __str__(self) -> str:
+        return f"split '{self.used}'" if self.used == self.asked else f"default set, no split {self.asked!r}"
+
+
+def split_tasks(domain: Any, split: Optional[str], st: Optional[Stage] = None, purpose: str = "") -> tuple[list, SplitUse]:
+    """(tasks, which split they are) of a split; a domain without that split (mock has only its default
     set) gives its default set, flagged through `st.warn`: those are also the evaluation tasks."""
     try:
         tasks = domain.tasks(split)
         if tasks:
-            return tasks, f"split '{split}'"
+            return tasks, SplitUse(split, split)
     except Exception:
         pass
     tasks = domain.tasks("default")
     if st is not None:
         st.warn(f"domain '{domain.name}' has no split '{split}': {purpose} uses its default task set "
                 f"({len(tasks)} tasks), which is also what `evaluate` scores by default (train/test overlap)")
-    return tasks, "default set, no split " + repr(split)
+    return tasks, SplitUse(split, "default")

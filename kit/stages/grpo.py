@@ -30,12 +30,13 @@ with the weights an uninterrupted run would have. The checkpoints go once model/
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import Any, Literal, Optional
 
-from pydantic import Field
+from pydantic import BaseModel, Field, model_validator
 
 from kit import metrics as M
 from kit.stages.base import ModelStageConfig, StageOutputs, mechanism_kwargs
@@ -49,7 +50,8 @@ from kit.stages.contract import (
     ReportPart,
     SectionContext,
 )
-from kit.train.grpo_config import GRPOConfig, GRPOKnobs
+from kit.train.grpo_config import GRPOConfig, GRPOKnobs, SkipReason
+
 
 
 class Config(ModelStageConfig, GRPOKnobs):
@@ -75,16 +77,41 @@ SHOWN = ("step", M.REWARD_MEAN, M.PASS_RATE, M.FILTERED_FRAC, M.GROUPS_KEPT, M.L
          M.USER_DEVIATION_RATE, "skip_reason", M.STEP_TIME)
 
 
+class TaskSource(BaseModel):
+    """Where GRPO's tasks came from: the engine's RL pool, a split the recipe named, or the split it fell
+    back to without engine tasks; `split` is the split whose tasks were used ("default": the domain's
+    default set). Written as text ("engine", "split:<name>", "fallback:<name>") for people."""
+
+    kind: Literal["engine", "split", "fallback"]
+    split: Optional[str] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, v: Any) -> Any:
+        """A stage.json of an older kit: the text form, whose split was quoted ("fallback:split 'train'")
+        or the default set ("fallback:default set, no split 'train'")."""
+        if not isinstance(v, str):
+            return v
+        kind, _, rest = v.partition(":")
+        quoted = re.search(r"'([^']*)'", rest)
+        split = None if kind == "engine" else ("default" if "default set" in rest or not (quoted or rest)
+                                               else quoted.group(1) if quoted else rest)
+        return {"kind": kind, "split": split}
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "engine" else f"{self.kind}:{self.split}"
+
+
 class Outputs(StageOutputs):
     steps: int
     tasks: int
-    task_source: str = Field(description="'engine', 'split:<name>' or 'fallback:<what>'.")
+    task_source: TaskSource = Field(description="Where the tasks came from: the engine's RL pool or a split.")
     user_tag: str = Field(description="'fine-tuned' or 'raw'.")
     reward_first: Optional[float] = None
     reward_last: Optional[float] = None
     policy: Optional[str] = Field(default=None, description="The policy GRPO started from (an HF folder).")
     trained_steps: int = Field(default=0, description="Steps whose update was applied (not skipped).")
-    skip_reasons: dict[str, int] = Field(default_factory=dict, description="Skipped steps per reason.")
+    skip_reasons: dict[SkipReason, int] = Field(default_factory=dict, description="Skipped steps per reason.")
     best_step: Optional[int] = Field(default=None, description="Learning curve: the step of the best "
                                      "validation pass^1 (model_best/); None without a curve.")
     best_pass1: Optional[float] = None
@@ -140,22 +167,22 @@ def checker_reward(dom, checked: dict):
     return reward_fn
 
 
-def training_tasks(config: Config, dom, st) -> tuple[list, dict, str]:
+def training_tasks(config: Config, dom, st) -> tuple[list, dict, TaskSource]:
     """(tasks, checked tasks by id, where they came from)."""
     from kit.runner.stage import split_tasks
 
-    checked, task_list, task_source = {}, [], ""
+    checked, task_list, task_source = {}, [], TaskSource(kind="engine")
     if config.tasks and config.tasks.startswith("split:"):
         task_list, used_split = split_tasks(dom, config.tasks[len("split:"):], st, "GRPO")
-        task_source = f"split:{used_split}"
+        task_source = TaskSource(kind="split", split=used_split.used)
     elif config.tasks:
         f = Path(config.tasks) / "rl_tasks.jsonl" if Path(config.tasks).is_dir() else Path(config.tasks)
         checked = read_checked_tasks(f)
-        task_list, task_source = [r.task for r in checked.values()], "engine"
+        task_list = [r.task for r in checked.values()]
         print(f"{len(task_list)} checked tasks from {f}")
     if not task_list:
         task_list, used_split = split_tasks(dom, config.fallback_split, st, "GRPO")
-        task_source = f"fallback:{used_split}"
+        task_source = TaskSource(kind="fallback", split=used_split.used)
         st.warn(f"NO ENGINE TASKS: {'no synthesize stage' if not config.tasks else 'the engine accepted no task'}; "
                 f"GRPO trains on {len(task_list)} tasks of {config.domain} ({used_split}) instead (checker: τ² criteria)")
     return task_list, checked, task_source
@@ -369,14 +396,10 @@ def memory(p: dict, context: int) -> MemoryUse:
 
 def leak_sources(summary: dict) -> list[str]:
     """The split a stage trained on when it fell back to one or was given one ('split:<name>')."""
-    import re
-
-    src = str(summary.get("task_source") or "")
-    if not src.startswith(("fallback:", "split:")):  # e.g. "fallback:split 'train'", "fallback:default set, ..."
+    if not summary.get("task_source"):
         return []
-    used = src.split(":", 1)[1]
-    quoted = re.search(r"'([^']*)'", used)
-    return [f"split:{'default' if 'default set' in used or not quoted else quoted.group(1)}"]
+    src = TaskSource.model_validate(summary["task_source"])
+    return [] if src.kind == "engine" else [f"split:{src.split}"]
 
 
 def report_entry(common: dict, out: Outputs, stage: str) -> dict:

@@ -77,7 +77,7 @@ from kit.llm.types import SamplingParams
 from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
 from kit.train import checkpoints as ck
-from kit.train.grpo_config import RESUMABLE_CHANGES, GRPOConfig
+from kit.train.grpo_config import RESUMABLE_CHANGES, GRPOConfig, SkipReason
 from kit.train.grpo_curriculum import Curriculum, balanced_by_pattern
 from kit.train.grpo_curve import LearningCurve
 from kit.train.grpo_groups import TaskDraws, collect_groups, episode_metrics
@@ -227,22 +227,22 @@ class GRPOTrainer:
         m["time/rollout_s"] = time.perf_counter() - t0 - m["time/score_s"]  # sampling; scoring is time/score_s
         reason, rows = None, []
         if not kept:
-            reason = "all_groups_filtered"
+            reason = SkipReason.ALL_GROUPS_FILTERED
         else:
             retokenize = self.server is not None and not self.cfg.server_token_ids
             rows, rm = policy_rows(self.backend, kept, self.cfg, self.system, self.tools, retokenize)
             m.update(rm)
             if not rows:
-                reason = "no_trainable_tokens"
+                reason = SkipReason.NO_TRAINABLE_TOKENS
             elif len(rows) < self.cfg.minibatches:
-                reason = "fewer_rows_than_minibatches"
+                reason = SkipReason.FEWER_ROWS_THAN_MINIBATCHES
         # Under `accelerate launch` every process takes part in the same backward passes. The step is
         # skipped when no process has rows, or when one has fewer rows than minibatches. A process with
         # no rows while others have some runs the same backward passes on rows whose loss is multiplied
         # by 0 (kit.train.grpo_update.placeholder_rows), so its gradient contribution is exactly zero.
-        nothing_here = reason in ("all_groups_filtered", "no_trainable_tokens")
-        if self.procs.all(nothing_here) or self.procs.any(reason == "fewer_rows_than_minibatches"):
-            reason = reason or "skipped_on_another_process"
+        nothing_here = reason in (SkipReason.ALL_GROUPS_FILTERED, SkipReason.NO_TRAINABLE_TOKENS)
+        if self.procs.all(nothing_here) or self.procs.any(reason == SkipReason.FEWER_ROWS_THAN_MINIBATCHES):
+            reason = reason or SkipReason.SKIPPED_ON_ANOTHER_PROCESS
         else:
             if nothing_here:
                 rows, reason = placeholder_rows(self.backend.pad_id, self.cfg.minibatches), None

@@ -13,7 +13,19 @@ from typing import Literal, Optional
 
 from pydantic import ConfigDict, Field, model_validator
 
+from kit.enums import TextEnum
 from kit.train.lora import LoRAKnobs
+
+
+class SkipReason(TextEnum):
+    """Why a GRPO step applied no update (metrics.jsonl `skip_reason`, the report's skip counts)."""
+
+    ALL_GROUPS_FILTERED = "all_groups_filtered"        # every group's rewards were equal (dynamic filtering)
+    NO_TRAINABLE_TOKENS = "no_trainable_tokens"        # kept groups, but no assistant token to train
+    FEWER_ROWS_THAN_MINIBATCHES = "fewer_rows_than_minibatches"
+    SKIPPED_ON_ANOTHER_PROCESS = "skipped_on_another_process"  # under `launch:`, a peer process had to skip
+    NAN_LOSS = "nan_loss"                              # a non-finite loss: that minibatch's gradients dropped
+    NAN_GRAD_NORM = "nan_grad_norm"
 
 
 class GRPOKnobs(LoRAKnobs):

@@ -21,6 +21,7 @@ import torch
 from kit import metrics as M
 from kit.train.grpo_config import GRPOConfig
 from kit.train.grpo_groups import Group
+from kit.train.grpo_config import SkipReason
 from kit.train.grpo_math import group_advantages, ppo_clip_loss
 from kit.train.processes import Processes
 from kit.train.sequences import Row, sampler_logprobs, token_logprobs, trajectory_rows
@@ -77,7 +78,7 @@ def micro_batches(rows: list[Row], size: int, tokens: int | None = None) -> list
 
 
 def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row], cfg: GRPOConfig, pad: int,
-               rng: random.Random, ref: Any = None) -> tuple[dict, str | None]:
+               rng: random.Random, ref: Any = None) -> tuple[dict, SkipReason | None]:
     """`cfg.minibatches` optimizer steps over `rows` (at least that many, the caller checks).
     Returns (metrics, None), or (metrics, reason) when a non-finite loss or gradient norm stopped
     it (that minibatch's gradients are dropped, earlier minibatches stay applied)."""
@@ -128,11 +129,11 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
             tokens += st["tokens"]
         if procs.any(bad):
             opt.zero_grad(set_to_none=True)
-            return {**out, M.LOSS: float("nan"), "train/minibatches_applied": applied}, "nan_loss"
+            return {**out, M.LOSS: float("nan"), "train/minibatches_applied": applied}, SkipReason.NAN_LOSS
         gn = float(acc.clip_grad_norm_(model.parameters(), c.max_grad_norm))
         if not math.isfinite(gn):
             opt.zero_grad(set_to_none=True)
-            return {**out, "train/minibatches_applied": applied}, "nan_grad_norm"
+            return {**out, "train/minibatches_applied": applied}, SkipReason.NAN_GRAD_NORM
         out[M.GRAD_NORM] += gn / len(micro)
         opt.step()
         applied += 1

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from kit.train.lora import LoRAKnobs, peft_config, target_modules
 

@@ -21,12 +21,12 @@ from pydantic import BaseModel, Field
 
 from kit.checkers.status import CheckStatus
 from kit.envs.domain import Domain
-from kit.trajectory import Trajectory
+from kit.trajectory import Termination, Trajectory
 from kit.verify.actions import check_actions
 from kit.verify.communicate import check_communicate
 from kit.verify.state import check_state
 
-ELIGIBLE = {"agent_stop", "user_stop"}
+ELIGIBLE = {Termination.AGENT_STOP, Termination.USER_STOP}
 
 
 class Verdict(BaseModel):
