@@ -133,3 +133,27 @@ def test_choices_are_typed_once_and_old_run_folders_still_read():
     assert t.to_tau2().termination_reason.value == "max_steps"
     with pytest.raises(ValueError):
         Trajectory.model_validate({"task_id": "x", "termination_reason": "bored"})
+
+
+def test_a_data_source_is_parsed_once_into_its_kind():
+    """'@<id>', 'split:<name>', 'gold' and a path: kit/sources.py types them; the stages' checks and the
+    leak check read the typed form."""
+    from kit.sources import GoldRef, PathRef, SplitRef, StageRef, parse_source
+
+    cases = {"@synthesize": StageRef(id="synthesize"), "split:train": SplitRef(name="train"), "gold": GoldRef(),
+             "runs/x/synthesize": PathRef(path="runs/x/synthesize")}
+    for text, src in cases.items():
+        assert parse_source(text) == src and src.text() == text and parse_source(src) is src
+    from kit.stages.grpo import check as grpo_check
+    from kit.stages.sft import check as sft_check
+
+    class PS:  # the two fields of a planned stage these checks read
+        def __init__(self, **params):
+            self.params, self.refs = params, {}
+
+    assert grpo_check(PS(tasks="split:train"), [], False) == []
+    assert grpo_check(PS(tasks="@synthesize"), [], False) == []
+    assert [f for f, _ in grpo_check(PS(tasks="/nowhere/rl.jsonl"), [], False)] == ["tasks"]
+    assert [f for f, _ in grpo_check(PS(tasks="gold"), [], False)] == ["tasks"]
+    assert sft_check(PS(data="gold"), [], False) == [] and sft_check(PS(data="@synthesize"), [], False) == []
+    assert [f for f, _ in sft_check(PS(data="split:train"), [], False)] == ["data"]

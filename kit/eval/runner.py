@@ -28,6 +28,7 @@ from kit.envs import load_domain
 from kit.eval.config import EvalConfig
 from kit.eval.leak import gold_action_keys, leak_report, training_action_keys, training_files
 from kit.eval.passk import pass1_by, pass1_interval, pass_k_table
+from kit.sources import SplitRef, parse_source
 from kit.eval.results import EvalResult, done_pairs, load_tasks_file
 from kit.llm.types import SamplingParams
 from kit.rollout.fidelity import proper_end, request_stated, user_deviations
@@ -46,8 +47,9 @@ def _rate(col: pd.Series) -> Optional[float]:
 def _check_leak(cfg: EvalConfig, dom, tasks) -> tuple[dict, Optional[str]]:
     """meta["leak"] and a warning; raises ValueError when the tasks overlap the training data and
     `allow_overlap` is off."""
-    paths = [p for p in (cfg.training_data or []) if not str(p).startswith("split:")]
-    splits = [str(p)[len("split:"):] for p in (cfg.training_data or []) if str(p).startswith("split:")]
+    sources = [parse_source(p) for p in (cfg.training_data or [])]
+    paths = [s.text() for s in sources if not isinstance(s, SplitRef)]
+    splits = [s.name for s in sources if isinstance(s, SplitRef)]
     files = training_files(paths)
     keys = training_action_keys(files)
     for name in splits:

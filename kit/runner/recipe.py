@@ -43,6 +43,7 @@ from kit.errors import BadInput
 from kit.llm.spec import ModelSpec
 from kit.runner.memory import Hardware
 from kit.runner.stages import RUNNER_FIELDS, STAGES, all_param_names
+from kit.sources import StageRef, parse_source
 from kit.stages import contract, contracts, summarizes_run
 from kit.stages.contract import BASE_MODEL, Produces
 
@@ -349,7 +350,8 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any], path: Path) -> None:
 
 
 def _is_ref(v: Any) -> bool:
-    return isinstance(v, str) and v.startswith("@")
+    """'@<stage id>' (kit/sources.py: a StageRef)."""
+    return isinstance(v, str) and isinstance(parse_source(v), StageRef)
 
 
 def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, check_paths: bool = True,
@@ -590,7 +592,7 @@ def _wire(ps: PlannedStage, chain: list[PlannedStage], spec: RecipeSpec, origin:
         value = ps.params.get(name)
         where = origin.get(name, ("stages", ps.index, "params", name))
         if _is_ref(value):
-            target = value[1:]
+            target = parse_source(value).id
             match = [c for c in chain if c.id == target]
             if not match:
                 earlier = ", ".join(c.id for c in chain) or "none"

@@ -50,6 +50,7 @@ from kit.stages.contract import (
     ReportPart,
     SectionContext,
 )
+from kit.sources import GoldRef, PathRef, SplitRef, parse_source
 from kit.train.grpo_config import GRPOConfig, GRPOKnobs, SkipReason
 
 
@@ -172,10 +173,11 @@ def training_tasks(config: Config, dom, st) -> tuple[list, dict, TaskSource]:
     from kit.runner.stage import split_tasks
 
     checked, task_list, task_source = {}, [], TaskSource(kind="engine")
-    if config.tasks and config.tasks.startswith("split:"):
-        task_list, used_split = split_tasks(dom, config.tasks[len("split:"):], st, "GRPO")
+    src = parse_source(config.tasks) if config.tasks else None
+    if isinstance(src, SplitRef):
+        task_list, used_split = split_tasks(dom, src.name, st, "GRPO")
         task_source = TaskSource(kind="split", split=used_split.used)
-    elif config.tasks:
+    elif src is not None:  # a folder (the synthesize stage's: the runner resolved '@<id>') or a JSONL file
         f = Path(config.tasks) / "rl_tasks.jsonl" if Path(config.tasks).is_dir() else Path(config.tasks)
         checked = read_checked_tasks(f)
         task_list = [r.task for r in checked.values()]
@@ -379,10 +381,10 @@ def check(ps, plan: list, budgets: bool) -> list[Problem]:
         synth = next((q for q in plan if q.key == ps.refs.get("tasks") and q.stage == "synthesize"), None)
         problem = engine_budget_problem("max_messages", p.get("max_messages"), synth.params) if synth else None
         out += [problem] if problem else []
-    t = p.get("tasks")
-    if isinstance(t, str) and not t.startswith("@") and not t.startswith("split:") and not Path(t).is_file():
-        out.append(("tasks", f"'{t}' is neither '@<stage id>', 'split:<name>' nor an existing JSONL file of "
-                    "checked tasks"))
+    src = parse_source(p["tasks"]) if isinstance(p.get("tasks"), str) else None
+    if isinstance(src, GoldRef) or (isinstance(src, PathRef) and not src.exists()):
+        out.append(("tasks", f"'{src}' is neither '@<stage id>', 'split:<name>' nor an existing JSONL file of "
+                    "checked tasks (or a folder holding rl_tasks.jsonl)"))
     return out
 
 
@@ -399,7 +401,7 @@ def leak_sources(summary: dict) -> list[str]:
     if not summary.get("task_source"):
         return []
     src = TaskSource.model_validate(summary["task_source"])
-    return [] if src.kind == "engine" else [f"split:{src.split}"]
+    return [] if src.kind == "engine" else [SplitRef(name=src.split or "default").text()]
 
 
 def report_entry(common: dict, out: Outputs, stage: str) -> dict:

@@ -145,9 +145,11 @@ def run(config: Config, st, role: Optional[str] = None) -> Outputs:
 
 def check(ps, plan: list, budgets: bool) -> list[Problem]:
     """`data` is a reference, 'gold' or a folder that exists."""
-    d = ps.params.get("data")
-    if isinstance(d, str) and not d.startswith("@") and d != "gold" and not Path(d).is_dir():
-        return [("data", f"'{d}' is neither '@<stage id>', 'gold' nor an existing folder")]
+    from kit.sources import PathRef, SplitRef, parse_source
+
+    src = parse_source(ps.params["data"]) if isinstance(ps.params.get("data"), str) else None
+    if isinstance(src, SplitRef) or (isinstance(src, PathRef) and not Path(src.path).is_dir()):
+        return [("data", f"'{src}' is neither '@<stage id>', 'gold' nor an existing folder")]
     return []
 
 

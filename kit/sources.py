@@ -1,0 +1,75 @@
+"""Where a stage's data comes from, parsed once from the text a recipe, a CLI flag or a notebook
+parameter holds, then passed typed:
+
+    '@<stage id>'    StageRef   another stage's output (the runner replaces it by that stage's folder)
+    'split:<name>'   SplitRef   a task split of the domain ('all': every task)
+    'gold'           GoldRef    the domain's gold dialogues (the SFT stages' fallback data)
+    anything else    PathRef    a file or a folder
+
+    src = parse_source("split:train")      # SplitRef(name="train"); src.text() == "split:train"
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Union
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Source(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+class StageRef(_Source):
+    kind: Literal["stage"] = "stage"
+    id: str
+
+    def text(self) -> str:
+        return f"@{self.id}"
+
+
+class SplitRef(_Source):
+    kind: Literal["split"] = "split"
+    name: str
+
+    def text(self) -> str:
+        return f"split:{self.name}"
+
+
+class GoldRef(_Source):
+    kind: Literal["gold"] = "gold"
+
+    def text(self) -> str:
+        return "gold"
+
+
+class PathRef(_Source):
+    kind: Literal["path"] = "path"
+    path: str
+
+    def text(self) -> str:
+        return self.path
+
+    def exists(self) -> bool:
+        return Path(self.path).expanduser().exists()
+
+
+Source = Union[StageRef, SplitRef, GoldRef, PathRef]
+
+
+def parse_source(text: str | Path | Source) -> Source:
+    """The typed source a text stands for (a Source passes through)."""
+    if isinstance(text, _Source):
+        return text
+    s = str(text)
+    if s.startswith("@"):
+        return StageRef(id=s[1:])
+    if s.startswith("split:"):
+        return SplitRef(name=s[len("split:"):])
+    if s == "gold":
+        return GoldRef()
+    return PathRef(path=s)
