@@ -39,6 +39,10 @@ BAD_LAUNCH = {
     "missing config file": (HEAD + SFT + "    launch: {num_processes: 2, config_file: /no/such/accelerate.yaml}\n",
                             ":7: stages[0].launch.config_file: accelerate config file '/no/such/accelerate.yaml' "
                             "does not exist"),
+    "uneven machines": (HEAD + SFT + "    launch: {num_processes: 3, cpu: true, num_machines: 2}\n",
+                        ":7: stages[0].launch: num_processes (3) must be a multiple of num_machines (2)"),
+    "a rendezvous flag": (HEAD + SFT + "    launch: {num_processes: 2, cpu: true, extra_args: [--machine_rank=1]}\n",
+                          ":7: stages[0].launch.extra_args: '--machine_rank=1' is set from num_processes"),
     "a flag kit sets itself": (HEAD + SFT + "    launch: {num_processes: 2, cpu: true, extra_args: [--num_processes=4]}\n",
                                ":7: stages[0].launch.extra_args: '--num_processes=4' is set from num_processes"),
 }
@@ -115,6 +119,63 @@ def test_the_accelerate_command():
     assert "--multi_gpu" not in cmd and "ACCELERATE_USE_CPU" not in env  # the config file decides
 
 
+def test_a_launch_over_several_machines_gives_each_rank_its_command_and_a_slurm_script(tmp_path):
+    from kit.runner.launch import command, node_commands, sbatch_script
+
+    launch = {"num_processes": 4, "num_machines": 2, "cpu": True, "main_process_ip": "10.1.2.3", "main_process_port": 29511}
+    cmd, _ = command(launch, "s.json", machine_rank=1)
+    assert cmd[3:] == ["--num_processes", "4", "--multi_gpu", "--num_machines", "2", "--machine_rank", "1",
+                       "--same_network", "--main_process_ip", "10.1.2.3", "--main_process_port", "29511",
+                       "-m", "kit.runner.launch", "s.json"]
+    lines = node_commands(launch, tmp_path / "grpo.launch.json")
+    assert len(lines) == 2 and all(f"cd {tmp_path} && ACCELERATE_USE_CPU=true" in x for x in lines)
+    assert "--machine_rank 0" in lines[0] and "--machine_rank 1" in lines[1]
+    script = sbatch_script(launch, tmp_path / "grpo.launch.json", "kit-grpo")
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --ntasks-per-node=1" in script
+    # each node's rank is its own SLURM_NODEID (escaped: expanded by srun's task, not by the batch script)
+    assert "--machine_rank \\$SLURM_NODEID" in script and "--main_process_ip $MAIN" in script
+    assert script.startswith("#!/bin/bash") and subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    assert "export ACCELERATE_USE_CPU=true" in script and f"cd {tmp_path}" in script
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_two_machines_on_loopback_train_the_same_weights_as_one_machine(tmp_path):
+    """Two machine ranks on this host (one process each, gloo, static rendezvous on 127.0.0.1) against
+    one machine with two processes: the same global batch, so the same weights."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from kit.runner.execute import Runner
+
+    kw = dict(runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", stream=open(tmp_path / "console", "w"))
+    two = Runner(load_recipe(write(tmp_path, HEAD + SFT + "    launch: {num_processes: 2, cpu: true, num_machines: 2}\n",
+                                   "two.yaml")), "two", **kw).run()
+    sdir = two.run_dir / "sft_agent"
+    assert (sdir / "sft_agent.nodes.sh").is_file() and (sdir / "sft_agent.sbatch").is_file()
+    log0, log1 = (sdir / "sft_agent.log").read_text(), (sdir / "sft_agent.machine1.log").read_text()
+    assert "--machine_rank 0" in log0 and "process 0 of 2" in log0, log0[-3000:]
+    assert "--machine_rank 1" in log1 and "process 1 of 2" in log1, log1[-3000:]
+    info = json.loads((sdir / "stage.json").read_text())
+    assert info["status"] == "complete" and info["world_size"] == 2
+    one = Runner(load_recipe(write(tmp_path, HEAD + SFT + "    launch: {num_processes: 2, cpu: true}\n", "one.yaml")),
+                 "one", **kw).run()
+    a = AutoModelForCausalLM.from_pretrained(sdir / "model").state_dict()
+    b = AutoModelForCausalLM.from_pretrained(one.run_dir / "sft_agent" / "model").state_dict()
+    assert a.keys() == b.keys()
+    worst = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+    assert worst < 1e-5, worst  # same data, same order, same all-reduce: equal up to float reassociation
+    moved = max(float((a[k].float() - c.float()).abs().max())
+                for k, c in AutoModelForCausalLM.from_pretrained(_embedded()).state_dict().items() if k in a)
+    assert moved > 1e-4  # and the two steps did train
+
+
+def _embedded() -> str:
+    from kit.llm import ensure_embedded_model
+
+    return ensure_embedded_model()
+
+
 def test_a_failing_process_fails_the_stage_with_the_logs_tail(tmp_path):
     """Each process fails reading a bad sft_agent.jsonl (a user error): StageFailed names it, shows
     the log's tail, stage.json and the manifest say failed, and a rerun starts the stage again."""
@@ -165,7 +226,7 @@ def test_the_runner_reports_the_failure_json_a_launched_process_wrote(tmp_path, 
     from kit.runner.launch import LaunchFailure
 
     failure = LaunchFailure(error="NotFound", message="no such folder: /x", user_error=True, rank=1, world=2)
-    monkeypatch.setattr(launch, "command", lambda spec, spec_file: (
+    monkeypatch.setattr(launch, "command", lambda spec, spec_file, machine_rank=0: (
         [sys.executable, "-c", FAKE_PROCESS, str(spec_file), failure.model_dump_json() if written else ""], {}))
     p = write(tmp_path, HEAD + SFT + "    launch: {num_processes: 1, cpu: true}\n")
     sdir = tmp_path / "runs" / "tl" / "sft_agent"

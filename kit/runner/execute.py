@@ -495,29 +495,41 @@ class LaunchExecutor:
         ps, log = job.ps, job.out
         spec_file = job.folder / f"{ps.id}.launch.json"
         failure_file(spec_file).unlink(missing_ok=True)  # an earlier attempt's
-        cmd, env = command(ps.launch, spec_file)
-        mf.write_json(spec_file, {"params": job.params, "launch": ps.launch, "command": cmd,
+        launch, here = self._machines(job, spec_file)
+        cmd, env = command(launch, spec_file, 0)
+        mf.write_json(spec_file, {"params": job.params, "launch": launch, "command": cmd,
                                   "env": {k: v for k, v in env.items() if k != "PYTHONPATH"}})
         n = ps.launch["num_processes"]
-        self.say(f"[kit run] {job.where} {ps.key}: launching {n} process{'es' if n > 1 else ''} "
+        machines = f" on {launch['num_machines']} machines" if launch.get("num_machines", 1) > 1 else ""
+        self.say(f"[kit run] {job.where} {ps.key}: launching {n} process{'es' if n > 1 else ''}{machines} "
                  f"({'CPU' if ps.launch.get('cpu') else 'accelerate'}"
                  f"{', ' + Path(ps.launch['config_file']).name if ps.launch.get('config_file') else ''}) -> {log}")
-        with open(log, "w", encoding="utf-8") as out:
-            out.write("$ " + " ".join(cmd) + "\n")
-            out.flush()
-            proc = subprocess.Popen(cmd, cwd=str(job.folder), env={**os.environ, **env}, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                rc = proc.wait()
-            except BaseException:  # KeyboardInterrupt: stop every process of the launch
-                import signal
+        logs = [log] + [job.folder / f"{ps.id}.machine{r}.log" for r in here[1:]]
+        procs, outs = [], []
+        try:
+            for r, path in zip(here, logs):  # machine rank 0 into the stage's log, the others beside it
+                c, e = command(launch, spec_file, r)
+                out = open(path, "w", encoding="utf-8")
+                outs.append(out)
+                out.write("$ " + " ".join(c) + "\n")
+                out.flush()
+                procs.append(subprocess.Popen(c, cwd=str(job.folder), env={**os.environ, **e}, stdout=out,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+            rcs = [p.wait() for p in procs]
+        except BaseException:  # KeyboardInterrupt: stop every process of the launch
+            import signal
 
+            for p in procs:
                 try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=30)
+                    os.killpg(p.pid, signal.SIGTERM)
+                    p.wait(timeout=30)
                 except Exception:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                raise
+                    os.killpg(p.pid, signal.SIGKILL)
+            raise
+        finally:
+            for out in outs:
+                out.close()
+        rc = next((c for c in rcs if c), 0)
         if rc == 0:
             return
         failure = LaunchFailure.read(failure_file(spec_file))  # what the first failing process wrote
@@ -525,6 +537,35 @@ class LaunchExecutor:
         text = log.read_text(encoding="utf-8", errors="replace")
         raise ExecutionFailed(msg, msg, user_error=bool(failure and failure.user_error),
                               tail="\n".join(text.rstrip().splitlines()[-25:]), record={"launch": ps.launch})
+
+    def _machines(self, job: StageJob, spec_file: Path) -> tuple[dict, list[int]]:
+        """(the launch with its rendezvous filled in, the machine ranks to start here). One machine: rank
+        0. Several: <id>.nodes.sh (every rank's command) and <id>.sbatch (Slurm) are written; on
+        loopback every rank starts here (a rehearsal of a multi-machine launch on one host), else
+        rank 0 starts here and the others' commands are printed."""
+        from kit.runner.launch import LOOPBACK, node_commands, sbatch_script
+
+        launch = dict(job.ps.launch)
+        machines = int(launch.get("num_machines") or 1)
+        if machines == 1:
+            return launch, [0]
+        ip = launch.get("main_process_ip") or LOOPBACK[0]
+        local = ip in LOOPBACK
+        launch.update(main_process_ip=ip, main_process_port=launch.get("main_process_port")
+                      or (_free_port() if local else 29500))
+        lines = node_commands(launch, spec_file)
+        nodes = job.folder / f"{job.ps.id}.nodes.sh"
+        nodes.write_text("#!/bin/bash\n# one line per machine rank; run line r on machine r (rank 0 at "
+                         f"{ip})\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        sbatch = job.folder / f"{job.ps.id}.sbatch"
+        sbatch.write_text(sbatch_script(launch, spec_file, f"kit-{job.ps.id}"), encoding="utf-8")
+        self.say(f"[kit run] {job.where} {job.ps.key}: {machines} machines: commands in {nodes.name}, "
+                 f"Slurm script in {sbatch.name}")
+        if local:
+            return launch, list(range(machines))
+        for r, line in enumerate(lines[1:], start=1):
+            self.say(f"[kit run] run on machine {r}: {line}")
+        return launch, [0]
 
     def complete(self, job: StageJob, info: dict) -> None:
         ps = job.ps
@@ -554,3 +595,11 @@ def stage_user_error_names() -> set[str]:
     from kit.errors import user_error_names
 
     return user_error_names()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

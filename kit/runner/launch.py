@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import sys
 import traceback
@@ -99,15 +100,27 @@ def failure_file(spec_file: str | Path) -> Path:
     return spec.with_name(spec.name.removesuffix(".launch.json").removesuffix(".json") + ".failure.json")
 
 
-def command(launch: dict, spec_file: str | Path) -> tuple[list[str], dict[str, str]]:
-    """(argv, environment variables to set) of `accelerate launch` for a recipe's `launch:` dict."""
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def command(launch: dict, spec_file: str | Path, machine_rank: int = 0) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment variables to set) of `accelerate launch` for a recipe's `launch:` dict; with
+    `num_machines` > 1, machine `machine_rank`'s (num_processes / num_machines processes on it, every
+    machine meeting at main_process_ip:main_process_port, static rendezvous: `--same_network`)."""
     n = int(launch["num_processes"])
+    machines = int(launch.get("num_machines") or 1)
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n)]
     env: dict[str, str] = {}
     if launch.get("config_file"):
         cmd += ["--config_file", str(launch["config_file"])]
-    elif n > 1:
-        cmd += ["--multi_gpu", "--num_machines", "1", "--main_process_port", "0"]  # 0: a free port
+    elif n > 1 or machines > 1:
+        cmd += ["--multi_gpu"]
+    if machines > 1:
+        cmd += ["--num_machines", str(machines), "--machine_rank", str(machine_rank), "--same_network",
+                "--main_process_ip", str(launch.get("main_process_ip") or LOOPBACK[0]),
+                "--main_process_port", str(launch.get("main_process_port") or 29500)]
+    elif n > 1 and not launch.get("config_file"):
+        cmd += ["--num_machines", "1", "--main_process_port", "0"]  # 0: a free port
     if launch.get("cpu"):
         env.update(ACCELERATE_USE_CPU="true", CUDA_VISIBLE_DEVICES="")
         if n == 1:
@@ -118,6 +131,39 @@ def command(launch: dict, spec_file: str | Path) -> tuple[list[str], dict[str, s
     path = [str(KIT_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(KIT_ROOT)]
     env["PYTHONPATH"] = os.pathsep.join(path)
     return cmd, env
+
+
+def node_commands(launch: dict, spec_file: str | Path) -> list[str]:
+    """One shell line per machine rank (`cd` into the stage folder, the environment, the command): what
+    `kit run` writes to <id>.nodes.sh for a launch over several machines."""
+    folder = shlex.quote(str(Path(spec_file).parent))
+    lines = []
+    for r in range(int(launch.get("num_machines") or 1)):
+        cmd, env = command(launch, spec_file, r)
+        lines.append(f"cd {folder} && " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
+                     + " ".join(shlex.quote(a) for a in cmd))
+    return lines
+
+
+def sbatch_script(launch: dict, spec_file: str | Path, job_name: str) -> str:
+    """A Slurm batch script that runs the stage on `num_machines` nodes (one `accelerate launch` per
+    node, its rank from SLURM_NODEID, the first node of the allocation as the main one). The run
+    folder must be on a file system every node sees; rerun `kit run` afterwards: the stage is then
+    complete (its stage.json, written by the main process, carries the same fingerprint)."""
+    machines = int(launch.get("num_machines") or 1)
+    spec = Path(spec_file)
+    port = launch.get("main_process_port") or 29500
+    cmd, env = command({**launch, "main_process_ip": "__MAIN__", "main_process_port": port}, spec, 0)
+    # inside srun's `bash -c "..."`: $MAIN is this script's (the same for every node), \\$SLURM_NODEID each task's own
+    argv = " ".join("\\$SLURM_NODEID" if a == "0" and cmd[i - 1] == "--machine_rank" else
+                    ("$MAIN" if a == "__MAIN__" else shlex.quote(a)) for i, a in enumerate(cmd))
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    return (f"#!/bin/bash\n#SBATCH --job-name={job_name}\n#SBATCH --nodes={machines}\n#SBATCH --ntasks-per-node=1\n"
+            f"#SBATCH --output={spec.with_name(spec.name.removesuffix('.launch.json') + '.slurm-%j.log')}\n"
+            f"# {machines} machines x {int(launch['num_processes']) // machines} processes; written by `kit run`\n"
+            f"set -euo pipefail\nMAIN=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n{exports}"
+            f"cd {shlex.quote(str(spec.parent))}\n"
+            f"srun --ntasks-per-node=1 bash -c \"{argv}\"\n")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kit.errors import BadInput
 from kit.llm.spec import ModelSpec
@@ -74,7 +74,8 @@ class RecipeError(BadInput):
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 # what kit/runner/execute.py passes to `accelerate launch` itself: not in `extra_args`
-_LAUNCH_OWN_FLAGS = ("--num_processes", "--config_file", "--cpu", "-m", "--module", "--multi_gpu")
+_LAUNCH_OWN_FLAGS = ("--num_processes", "--config_file", "--cpu", "-m", "--module", "--multi_gpu", "--num_machines",
+                     "--machine_rank", "--main_process_ip", "--main_process_port", "--same_network")
 
 
 class LaunchSpec(BaseModel):
@@ -87,6 +88,21 @@ class LaunchSpec(BaseModel):
                                        "--config_file); a path relative to the working directory of `kit run`.")
     cpu: bool = Field(default=False, description="Run every process on the CPU (gloo), CUDA hidden.")
     extra_args: list[str] = Field(default_factory=list, description="More `accelerate launch` flags, as given.")
+    num_machines: int = Field(default=1, ge=1, description="Machines the processes are spread over (accelerate's "
+                              "--num_machines; num_processes in all, the same number on each). `kit run` writes "
+                              "every machine's command (<id>.nodes.sh) and a Slurm script (<id>.sbatch); with "
+                              "main_process_ip on this host (loopback) it starts every machine rank itself.")
+    main_process_ip: Optional[str] = Field(default=None, description="Where the machines meet (machine rank 0's "
+                                           "address); default 127.0.0.1: every rank on this host.")
+    main_process_port: Optional[int] = Field(default=None, ge=1, le=65535, description="The rendezvous port "
+                                             "(default: a free one on loopback, else 29500).")
+
+    @model_validator(mode="after")
+    def _even_split(self) -> "LaunchSpec":
+        if self.num_processes % self.num_machines:
+            raise ValueError(f"num_processes ({self.num_processes}) must be a multiple of num_machines "
+                             f"({self.num_machines}): every machine runs the same number of processes")
+        return self
 
     @field_validator("extra_args")
     @classmethod
@@ -476,6 +492,9 @@ def _check_launch(spec: RecipeSpec, errors: _Errors, check_paths: bool = True,
                        f"launch) is for the training stages: {', '.join(launchable)}")
             continue
         launch = s.launch.model_dump()
+        if launch["num_machines"] == 1:  # one machine: the launch (and its fingerprint) as before machines existed
+            for k in ("num_machines", "main_process_ip", "main_process_port"):
+                launch.pop(k)
         if importlib.util.find_spec("accelerate") is None:
             errors.add(("stages", i, "launch"), "`launch` needs the accelerate package (pip install accelerate)")
         if launch["config_file"] is not None:
