@@ -47,6 +47,7 @@ explore_steps = 2  # Read calls the synthesizer makes before proposing.
 max_repairs = 2  # Re-choices of a gold write that errors or changes nothing.
 repair_scenario = True  # Append known facts the model's prose dropped.
 rl_share = 0.33  # Share of accepted tasks that go to the RL pool (rl_tasks.jsonl: tasks + checkers for `grpo`) instead of the SFT pool (sft_tasks.jsonl; their gold dialogues are the SFT data); the pools are disjoint (kit/engine/pools.py). 0: every task is SFT data and GRPO falls back to a split.
+pool_split = 'pattern'  # How tasks are split into the pools: 'pattern' gives every gold tool pattern its share in both pools (at least one task each when it has two or more); 'hash' draws each solution by a hash alone (a rare pattern can miss the RL pool) (kit/engine/pools.py).
 gold_dialogues = True  # Also write each accepted task's gold-replay dialogue to sft_agent.jsonl (meta.source: 'gold').
 choice_temperature = 1.0  # Softmax temperature of constrained choices.
 max_similarity = 0.75  # Near-duplicate plan threshold.
