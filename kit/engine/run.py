@@ -368,8 +368,9 @@ class Engine:
                 bar.set_postfix(round=r, **shown)
             units = self.store.units(round=r)
             pools = self._write_pools()  # over every round so far: earlier rounds' pool counts may move
+            every = self.store.units(files=ROUND_FILES)  # the ledger read once, split by round below
             rows = [round_stats(i, load_plans(self._plans_path(i)) if i < r else plans,
-                                self.store.units(round=i, files=ROUND_FILES), pools) for i in range(r + 1)]
+                                [u for u in every if u.round == i], pools) for i in range(r + 1)]
             write_rounds_csv(self.out / "rounds.csv", rows)
             self._log_wandb(rows[-1].as_dict())
             if r + 1 < self.cfg.rounds and not self._plans_path(r + 1).exists():
