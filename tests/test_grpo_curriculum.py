@@ -107,3 +107,32 @@ def test_pattern_balance_draws_every_gold_tool_pattern_equally():
     again.load_state_dict(state)
     assert [t.id for t in again.draw(5)] == [t.id for t in draws.draw(5)]
     assert balanced_by_pattern([]) == []
+
+
+def test_step_balance_puts_different_patterns_in_one_batch():
+    """Hand-made tasks (ids and gold action names only): with strata, every 2 consecutive draws hold
+    two patterns; without, a 2-draw batch of one pattern happens; both resume the same."""
+    from types import SimpleNamespace as NS
+
+    import pytest
+
+    from kit.train.grpo_curriculum import balanced_by_pattern, gold_pattern
+    from kit.train.grpo_groups import TaskDraws
+
+    def task(i, *names):
+        return NS(id=f"t{i}", evaluation_criteria=NS(actions=[NS(name=n) for n in names]))
+
+    band = balanced_by_pattern([task(i, "create_task") for i in range(3)] + [task(9, "update_task_status")])
+    strata = [gold_pattern(t) for t in band]
+    draws = TaskDraws(band, seed=1, strata=strata)
+    batches = [draws.draw(2) for _ in range(12)]
+    assert all(len({gold_pattern(t) for t in b}) == 2 for b in batches)
+    assert {t.id for b in batches[:3] for t in b} == {"t0", "t1", "t2", "t9"}  # a pass covers every create
+    plain = TaskDraws(band, seed=1)
+    assert any(len({gold_pattern(t) for t in plain.draw(2)}) == 1 for _ in range(20))
+    state = draws.state_dict()
+    again = TaskDraws(band, seed=1, strata=strata)
+    again.load_state_dict(state)
+    assert [t.id for t in again.draw(7)] == [t.id for t in draws.draw(7)]
+    with pytest.raises(ValueError, match="strata"):
+        TaskDraws(band, seed=0, strata=strata[:2])

@@ -78,7 +78,7 @@ from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
 from kit.train import checkpoints as ck
 from kit.train.grpo_config import RESUMABLE_CHANGES, GRPOConfig, SkipReason
-from kit.train.grpo_curriculum import Curriculum, balanced_by_pattern
+from kit.train.grpo_curriculum import Curriculum, balanced_by_pattern, gold_pattern
 from kit.train.grpo_curve import LearningCurve
 from kit.train.grpo_groups import TaskDraws, collect_groups, episode_metrics
 from kit.train.grpo_update import placeholder_rows, policy_rows, ppo_update
@@ -313,9 +313,10 @@ class GRPOTrainer:
         """A fresh task stream over the curriculum's band, the same on every process."""
         probe = self.curriculum.last_probe or 0
         band = self.curriculum.band
-        if self.cfg.band_balance == "pattern":
+        if self.cfg.band_balance in ("pattern", "step"):
             band = balanced_by_pattern(band)
-        return TaskDraws(band, self.cfg.seed + 7919 * (probe + 1), self.acc.process_index)
+        strata = [gold_pattern(t) for t in band] if self.cfg.band_balance == "step" else None
+        return TaskDraws(band, self.cfg.seed + 7919 * (probe + 1), self.acc.process_index, strata=strata)
 
     def _evaluate(self) -> dict:
         self.policy.eval()

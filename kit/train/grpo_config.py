@@ -89,10 +89,12 @@ class GRPOKnobs(LoRAKnobs):
                             "drawn (default: drop tasks never solved).")
     band_max: float = Field(default=0.8, ge=0, le=1, description="Highest probe pass rate a task may have to be "
                             "drawn (default: drop tasks solved 13+ times of 16).")
-    band_balance: Literal["task", "pattern"] = Field(
-        default="task", description="How steps draw from the band: 'task' (every band task once per pass) or "
+    band_balance: Literal["task", "pattern", "step"] = Field(
+        default="task", description="How steps draw from the band: 'task' (every band task once per pass), "
         "'pattern' (every gold tool pattern, e.g. get_users > create_task, as often as the most common one: a "
-        "band of four create tasks and one update task trains updates as often as creates).")
+        "band of four create tasks and one update task trains updates as often as creates) or 'step' (as "
+        "'pattern', and a step's tasks_per_step tasks go round the patterns, so that one batch holds different "
+        "patterns whose advantages must tell the requests apart).")
     probe_batch: int = Field(default=32, ge=1, description="Episodes rolled out together by a probe or a "
                              "learning-curve evaluation.")
     eval_every: int = Field(default=0, ge=0, description="Learning curve (kit/train/grpo_curve.py): pass^1 of the "

@@ -34,20 +34,42 @@ class Group:
 
 class TaskDraws:
     """Tasks without replacement within a pass over the shuffled list, from the stream every process
-    shares (`shared`) or from this process's own (`own`, also the process's other randomness)."""
+    shares (`shared`) or from this process's own (`own`, also the process's other randomness).
 
-    def __init__(self, tasks: list, seed: int, process_index: int = 0):
+    With `strata` (one key per task, e.g. its gold tool pattern) a pass goes round the strata: each
+    stratum shuffled, then one task of every stratum per round, the rounds in shuffled order, so that
+    B consecutive draws hold B different strata while there are that many (a batch of creates and
+    updates side by side, whose advantages must tell the requests apart)."""
+
+    def __init__(self, tasks: list, seed: int, process_index: int = 0, strata: list[str] | None = None):
         self.tasks = list(tasks)
+        if strata is not None and len(strata) != len(self.tasks):
+            raise ValueError(f"TaskDraws: {len(strata)} strata for {len(self.tasks)} tasks")
+        self.strata = list(strata) if strata is not None else None
         self.shared = random.Random(seed * 1000)
         self.own = random.Random(seed * 1000 + 1 + process_index)
         self._queues: dict[bool, list] = {False: [], True: []}
+
+    def _pass(self, rng: random.Random) -> list:
+        """One pass over the tasks, as the queue holds it (drawn from the end)."""
+        if self.strata is None:
+            return rng.sample(self.tasks, len(self.tasks))
+        by: dict[str, list] = {}
+        for t, key in zip(self.tasks, self.strata):
+            by.setdefault(key, []).append(t)
+        cols = [rng.sample(g, len(g)) for g in by.values()]
+        out = []
+        for i in range(max(len(c) for c in cols)):
+            row = [c[i] for c in cols if i < len(c)]
+            out += rng.sample(row, len(row))
+        return out[::-1]
 
     def draw(self, n: int, own: bool = False) -> list:
         rng, queue = (self.own if own else self.shared), self._queues[own]
         out = []
         while len(out) < n:
             if not queue:
-                queue.extend(rng.sample(self.tasks, len(self.tasks)))
+                queue.extend(self._pass(rng))
             out.append(queue.pop())
         return out
 
