@@ -114,3 +114,33 @@ def test_episode_metrics_count_every_episode_seen():
 
 def test_one_process_merges_nothing():
     assert procs(0, 1).merge({"train/rows": 3}, ["train/rows"], []) == {}
+
+
+def test_error_penalty_tells_a_clean_success_from_one_sprayed_with_failed_calls():
+    """Every episode succeeds by the checker (reward 1), but odd episodes made a failed tool call: the
+    checker alone gives the group no spread (filtered under all_equal); with error_penalty the scores
+    differ, the group is kept, and the clean episodes get the positive advantages."""
+    from kit.train.grpo_math import group_advantages
+    from kit.train.grpo_update import policy_rows  # noqa: F401  (the rows read g.scores)
+
+    def rollout(tasks, seed):
+        out = []
+        for k, t in enumerate(tasks):
+            msgs = [Message(role="assistant", content="call")]
+            if k % 2:
+                msgs.append(Message(role="tool", content="Error: task not found", error=True))
+            out.append(Trajectory(task_id=t.id, messages=msgs, termination_reason="agent_stop"))
+        return out
+
+    ones = lambda task, traj: 1.0
+    plain = GRPOConfig(group_size=4, tasks_per_step=1, resample_budget=0, filter_mode="all_equal", seed=0)
+    kept, seen, _ = collect_groups(TaskDraws(TASKS, seed=0), procs(0, 1), plain, 0, rollout, ones)
+    assert kept == [] and seen[0].scores == [1.0] * 4
+    cfg = GRPOConfig(group_size=4, tasks_per_step=1, resample_budget=0, filter_mode="all_equal", seed=0,
+                     error_penalty=0.25)
+    kept, seen, _ = collect_groups(TaskDraws(TASKS, seed=0), procs(0, 1), cfg, 0, rollout, ones)
+    assert len(kept) == 1 and kept[0].rewards == [1.0] * 4 and kept[0].scores == [1.0, 0.75, 1.0, 0.75]
+    adv = group_advantages([kept[0].scores])[0]
+    assert adv[0] > 0 > adv[1] and adv[2] > 0 > adv[3]
+    with pytest.raises(ValueError):
+        GRPOConfig(error_penalty=-0.1)

@@ -221,6 +221,7 @@ class GRPOTrainer:
         # which task each group was and how it scored (this process's groups; metrics.jsonl only, W&B logs numbers):
         # the report follows a band task's reward over the steps that drew it
         m["groups"] = [{"task": str(getattr(g.task, "id", "")), "rewards": list(g.rewards),
+                        **({"scores": list(g.scores)} if self.cfg.error_penalty > 0 else {}),
                         "kept": any(g is k for k in kept)} for g in seen]
         m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": "",
                   **(pre or {})})

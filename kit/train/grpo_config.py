@@ -44,6 +44,10 @@ class GRPOKnobs(LoRAKnobs):
                             "stop the gradient (paper: 0.4).")
     kl_coef: float = Field(default=0.0, ge=0, description="Weight of a k3 KL penalty to the initial policy; "
                            "0 = no reference model (paper).")
+    error_penalty: float = Field(default=0.0, ge=0, le=1, description="Subtracted from an episode's checker reward "
+                                 "per failed tool call (floor 0) for filtering and advantages; the reward metrics "
+                                 "stay the checker's. A failed call of a made-up id leaves the database as it was, "
+                                 "so without it a success sprayed with failed calls scores as a clean one.")
     filter_mode: Literal["all_equal", "all_success", "off"] = Field(
         default="all_equal", description="Dynamic filtering: 'all_equal' (paper), 'all_success' (public AReaL) "
         "or 'off'.")

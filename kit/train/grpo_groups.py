@@ -27,9 +27,31 @@ from kit.train.processes import Processes
 
 @dataclass
 class Group:
+    """A task's G episodes: `rewards` are the checker's; `scores` what filtering and advantages use
+    (the rewards less `error_penalty` per failed tool call, kit.train.grpo_groups.shaped; the rewards
+    themselves when the penalty is 0)."""
     task: Any
     trajs: list
     rewards: list[float]
+    scores: list[float] | None = None
+
+    def __post_init__(self):
+        if self.scores is None:
+            self.scores = list(self.rewards)
+
+
+def tool_errors(traj: Any) -> int:
+    """Failed tool calls of an episode (tool messages marked as errors)."""
+    return sum(1 for m in traj.messages if m.role == "tool" and m.error)
+
+
+def shaped(reward: float, traj: Any, error_penalty: float) -> float:
+    """The score GRPO learns from: the checker's reward less `error_penalty` per failed tool call,
+    never below 0. A call of a made-up id fails and leaves the database as it was, so the checker alone
+    never tells a clean success from one sprayed with failed calls (tests/test_grpo_groups.py)."""
+    if error_penalty <= 0:
+        return reward
+    return max(0.0, reward - error_penalty * tool_errors(traj))
 
 
 class TaskDraws:
@@ -112,11 +134,14 @@ def collect_groups(
         seed = ((c.seed * 1009 + r) * 100_003 + step_idx) * 101 + rnd  # distinct per process, step, round
         trajs = rollout([t for t in todo for _ in range(G)], seed)
         t_score = time.perf_counter()
-        groups = [Group(task, trajs[k * G : (k + 1) * G], [float(reward_fn(task, t)) for t in trajs[k * G : (k + 1) * G]])
-                  for k, task in enumerate(todo)]
+        groups = []
+        for k, task in enumerate(todo):
+            ts = trajs[k * G : (k + 1) * G]
+            rewards = [float(reward_fn(task, t)) for t in ts]
+            groups.append(Group(task, ts, rewards, [shaped(r, t, c.error_penalty) for r, t in zip(rewards, ts)]))
         score_s += time.perf_counter() - t_score
         seen += groups
-        kept += [g for g, keep in zip(groups, filter_groups([g.rewards for g in groups], c.filter_mode)) if keep]
+        kept += [g for g, keep in zip(groups, filter_groups([g.scores for g in groups], c.filter_mode)) if keep]
         need = share - len(kept)
         if need <= 0 or budget <= 0:
             break

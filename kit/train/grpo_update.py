@@ -32,7 +32,7 @@ def policy_rows(backend: Any, kept: list[Group], cfg: GRPOConfig, system: str, t
     """Rows of every generated assistant turn of every kept episode, carrying its episode's advantage:
     one per turn, or (`cfg.pack_turns`) an episode's turns packed into as few rows as is exact
     (kit.train.sequences); rows over `cfg.max_seq_tokens` are dropped and counted."""
-    advs = group_advantages([g.rewards for g in kept], scope=cfg.adv_scope)
+    advs = group_advantages([g.scores for g in kept], scope=cfg.adv_scope)
     rows, unmatched, too_long = [], 0, 0
     pack = cfg.pack_turns and cfg.loss_norm == "token"
     for gi, (g, adv) in enumerate(zip(kept, advs)):
