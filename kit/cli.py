@@ -366,7 +366,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.new:
         run_id = f"{run_id}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        res = Runner(recipe, run_id, args.runs_dir, args.reports_dir, force=tuple(args.force or ())).run()
+        res = Runner(recipe, run_id, args.runs_dir, args.reports_dir, force=tuple(args.force or ()),
+                     keep=tuple(args.keep or ())).run()
     except StageFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_STATUS if e.user_error else 1
@@ -477,6 +478,10 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="override: domain=airline, base_model=/models/x, defaults.threads=2, <stage id>.<param>=4")
     rn.add_argument("--force", action="append", metavar="STAGE_KEY", help="rerun this stage even if complete")
+    rn.add_argument("--keep", action="append", metavar="STAGE_KEY",
+                    help="reuse this complete stage although its fingerprint changed (the code it reaches, its "
+                         "parameters or upstream): you vouch the change does not matter to it; stage.json and the "
+                         "manifest record the old fingerprint (kept_from)")
     rn.add_argument("--validate", action="store_true", help="validate and print the plan; run nothing")
     rn.add_argument("--runs-dir", default="runs")
     rn.add_argument("--reports-dir", default="reports")

@@ -375,6 +375,18 @@ def test_changed_kit_code_reruns_the_stages_that_reach_it_and_only_those(tmp_pat
     (code / "engine" / "unused_by_any_stage.py").write_text("X = 1\n")  # reached by nobody
     assert Runner(recipe, **kw).run().executed == []
 
+    # --keep: a complete stage reused across a change that reaches it, the old fingerprint recorded
+    old_fp = json.loads((tmp_path / "runs" / recipe.name / "sft_agent" / "stage.json").read_text())["fingerprint"]
+    sft.write_text(sft.read_text() + "\n# changed again\n")
+    res = Runner(recipe, keep=("sft_agent",), **kw).run()
+    assert res.executed == ["evaluate", "report"] and "sft_agent" in res.skipped
+    info = json.loads((tmp_path / "runs" / recipe.name / "sft_agent" / "stage.json").read_text())
+    assert info["kept_from"] == [old_fp] and info["fingerprint"] != old_fp
+    assert {s["key"]: s.get("kept_from") for s in res.manifest["stages"]}["sft_agent"] == [old_fp]
+    assert Runner(recipe, **kw).run().executed == []  # restamped: a plain rerun reuses it too
+    with pytest.raises(ValueError, match="both forced and kept"):
+        Runner(recipe, keep=("evaluate",), force=("evaluate",), **kw)
+
 
 def test_code_closure_follows_imports_inside_functions(tmp_path):
     from kit.runner.codehash import code_fingerprint, kit_closure, notebook_imports

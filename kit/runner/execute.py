@@ -143,6 +143,21 @@ def stage_complete(stage_dir: Path, fingerprint: str) -> bool:
     return all(Path(p).exists() for p in (info.get("outputs") or {}).values() if isinstance(p, str))
 
 
+def _keep(sdir: Path, fingerprint: str) -> bool:
+    """`kit run --keep KEY`: a complete stage whose fingerprint changed (code it reaches, parameters
+    or upstream) is restamped with the new one, its old fingerprints listed in stage.json's
+    `kept_from`, so the run (and later reruns) reuse it. False when it is not complete."""
+    info = mf.read_json(sdir / "stage.json")
+    if not info or info.get("status") != "complete":
+        return False
+    if not all(Path(p).exists() for p in (info.get("outputs") or {}).values() if isinstance(p, str)):
+        return False
+    info["kept_from"] = [*(info.get("kept_from") or []), info.get("fingerprint")]
+    info["fingerprint"] = fingerprint
+    mf.write_json(sdir / "stage.json", info)
+    return True
+
+
 def _set_aside(sdir: Path, fingerprint: str) -> Path:
     """Move a complete stage folder out of the way of its rerun (nothing is overwritten in place):
     <stage>.replaced-<old fingerprint>[-N] beside it."""
@@ -159,7 +174,7 @@ class Runner:
     def __init__(self, recipe: Recipe, run_id: Optional[str] = None, runs_dir: str | Path = "runs",
                  reports_dir: str | Path = "reports", notebooks_dir: Optional[Path] = None,
                  stream: Any = None, progress: bool = False, force: tuple[str, ...] = (),
-                 code_root: Optional[Path] = None):
+                 code_root: Optional[Path] = None, keep: tuple[str, ...] = ()):
         self.recipe = recipe
         self.code_root = Path(code_root).resolve() if code_root else KIT_DIR
         self.run_id = run_id or recipe.name
@@ -171,6 +186,10 @@ class Runner:
         self.stream = stream if stream is not None else sys.stdout
         self.progress = progress
         self.force = set(force)
+        self.keep = set(keep)  # complete stages reused although their fingerprint changed (kept_from)
+        both = self.force & self.keep
+        if both:
+            raise ValueError(f"stage(s) {sorted(both)} both forced and kept: choose one")
         self.manifest_path = self.run_dir / "manifest.json"
 
     # -- helpers ------------------------------------------------------------------------------
@@ -287,8 +306,12 @@ class Runner:
                        notebook=notebook_path(ps.stage, self.notebooks_dir))
         entry = self._entry(ps, fp, params).set(**executor.entry_fields(job))
         book.record_models(params, ps)
+        if ps.key in self.keep and not stage_complete(sdir, fp) and _keep(sdir, fp):
+            self.say(f"[kit run] {where} {ps.key}: kept (--keep) although its fingerprint changed to {fp}")
         if ps.key not in self.force and stage_complete(sdir, fp):
             info = mf.read_json(sdir / "stage.json") or {}
+            if info.get("kept_from"):
+                entry.kept_from = list(info["kept_from"])
             book.add(entry.set(status="complete", skipped=True))
             entry.results(info, "started", "finished", "wall_s", "peak_rss_gib")
             book.save()

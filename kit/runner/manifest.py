@@ -39,7 +39,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".json", ".model", ".
 class StageEntry(BaseModel):
     """One stage's line of manifest.json's `stages`: what ran, with what, and how it ended. A field
     is in the file once it is set (`to_json`): `skipped` for a stage resumed as complete, `shared_with`
-    for one another arm ran, `replaced` where an older result was moved aside, `error` for a failure,
+    for one another arm ran, `kept_from` for one reused by `--keep` across a change, `replaced` where an older result was moved aside, `error` for a failure,
     `log` and `launch` for a stage run under accelerate launch (its `executed_notebook` is None)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -56,6 +56,7 @@ class StageEntry(BaseModel):
     log: Optional[str] = None
     launch: Optional[dict] = None
     replaced: Optional[str] = None
+    kept_from: Optional[list] = None  # `kit run --keep`: the fingerprints it completed under
     status: Optional[Literal["running", "complete", "failed", "shared"]] = None
     skipped: Optional[bool] = None
     shared_with: Optional[str] = None
