@@ -26,6 +26,7 @@ seed = 0  # Seed of everything random in the stage.
 threads = None  # torch CPU threads (None: torch's default).
 domain = 'mock'  # τ² domain (mock, airline, retail, telecom) or a registered kit domain.
 backend = 'hf'  # How a model *folder* is served for sampling: 'hf' (transformers) or 'vllm' (GPU offline engine).
+kv_cache_gib = None  # Most GiB of key/value states each transformers sampler keeps to reuse prompt prefixes across turns (None: 4 on CPU, a tenth of the GPU's memory). A stage samples with up to two (agent and user): lower it where peak memory counts more than prefill time.
 model = None  # Engine roles' backend (None: the recipe's base_model).
 agent_model = None  # Assistant in rollouts (None: model).
 user_model = None  # User simulator in rollouts (None: model).

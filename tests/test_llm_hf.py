@@ -531,3 +531,18 @@ def test_shared_prefix_and_packed_weights_generate_what_model_generate_does(back
     assert backend.model.config._attn_implementation == "sdpa"  # switched back after every step
     assert all("forward" not in vars(m) for m in backend.model.modules())
 
+
+
+def test_a_stages_kv_cache_gib_bounds_every_sampler_it_builds(backend, monkeypatch, tmp_path):
+    """kv_cache_gib (kit/stages/base.py) reaches HFBackend through the environment the stage's
+    `begin` sets: the prefix store's byte cap follows it; an explicit argument still wins."""
+    from kit.runner.stage import KV_CACHE_ENV, begin
+
+    monkeypatch.delenv(KV_CACHE_ENV, raising=False)
+    begin("evaluate", {"domain": "mock", "kv_cache_gib": 0.25, "out_dir": str(tmp_path), "run_dir": str(tmp_path)})
+    assert os.environ[KV_CACHE_ENV] == "0.25" and _fresh(backend).prefix_cache.max_bytes == 1 << 28
+    os.environ.pop(KV_CACHE_ENV)  # begin set it outside monkeypatch: undo it here
+    assert _fresh(backend).prefix_cache.max_bytes == 4 << 30
+    monkeypatch.setenv(KV_CACHE_ENV, "0.5")
+    assert _fresh(backend).prefix_cache.max_bytes == 1 << 29
+    assert _fresh(backend, prefix_cache_bytes=1 << 20).prefix_cache.max_bytes == 1 << 20

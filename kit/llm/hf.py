@@ -69,8 +69,8 @@ class HFBackend(Backend):
         max_batch_size: most rows (conversation x sample) in one generate call.
         prefix_cache_min_tokens: shortest shared token prefix worth caching; 0 or None disables it.
         prefix_cache_size: most token sequences whose KV states are kept (LRU); 0 disables caching.
-        prefix_cache_bytes: most bytes of KV states kept (LRU); default 4 GiB on CPU, a tenth of the
-            GPU's memory (at most 4 GiB) on GPU.
+        prefix_cache_bytes: most bytes of KV states kept (LRU); default: $KIT_KV_CACHE_GIB (a stage's
+            `kv_cache_gib`) when set, else 4 GiB on CPU, a tenth of the GPU's memory (at most 4 GiB) on GPU.
         fast_decode: use kit.llm.fast.generate where the model and sampling settings allow it;
             False always uses `model.generate`.
         prefill_chunk: most prompt tokens per row in one forward pass of the fast path (bounds the
@@ -136,6 +136,8 @@ class HFBackend(Backend):
         self.path = str(path) if path is not None else getattr(model, "name_or_path", "")
         self.max_batch_size = max_batch_size
         self.tool_mode = resolve_tool_mode(tokenizer, tool_mode)
+        if prefix_cache_bytes is None and os.environ.get("KIT_KV_CACHE_GIB"):  # a stage's kv_cache_gib
+            prefix_cache_bytes = int(float(os.environ["KIT_KV_CACHE_GIB"]) * (1 << 30))
         if prefix_cache_bytes is None:
             prefix_cache_bytes = 4 << 30
             if self.device.type == "cuda":

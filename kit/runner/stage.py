@@ -173,6 +173,9 @@ def process_rank() -> tuple[int, int]:
         return 0, 1
 
 
+KV_CACHE_ENV = "KIT_KV_CACHE_GIB"  # kit.llm.hf reads the same name
+
+
 def begin(stage: str, namespace: dict) -> Stage:
     """Validate the notebook's parameters (from `namespace`, its globals()) against the stage's
     schema, set seeds and torch threads, and make the stage's folder. `stage` is the notebook's
@@ -206,6 +209,8 @@ def begin(stage: str, namespace: dict) -> Stage:
         if params.get("threads"):
             torch.set_num_threads(int(params["threads"]))
     os.environ.setdefault("WANDB_MODE", "offline")
+    if params.get("kv_cache_gib"):  # read by every HFBackend this kernel builds (kit/llm/hf.py)
+        os.environ[KV_CACHE_ENV] = str(params["kv_cache_gib"])
     warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
     if st.is_main:
         print(f"stage {st.key} ({stage}) of run {st.run_id} -> {st.out_dir}")

@@ -29,6 +29,10 @@ class ModelStageConfig(StageConfig):
     domain: str = Field(description="τ² domain (mock, airline, retail, telecom) or a registered kit domain.")
     backend: Literal["hf", "vllm"] = Field(default="hf", description="How a model *folder* is served for "
                                            "sampling: 'hf' (transformers) or 'vllm' (GPU offline engine).")
+    kv_cache_gib: Optional[float] = Field(default=None, gt=0, description="Most GiB of key/value states each "
+                                          "transformers sampler keeps to reuse prompt prefixes across turns (None: 4 "
+                                          "on CPU, a tenth of the GPU's memory). A stage samples with up to two (agent "
+                                          "and user): lower it where peak memory counts more than prefill time.")
 
 
 class StageOutputs(BaseModel):
