@@ -171,8 +171,9 @@ def test_airline_policy_rules_live_with_the_airline_domain(airline):
     assert airline.policy_violations(cancel) == []  # nothing of 4WQ150 has flown
     flown = cancel.model_copy(update={"evaluation_criteria": EvaluationCriteria(actions=[
         Action(action_id="a0", name="cancel_reservation", arguments={"reservation_id": "NQNU5R"})])})
-    assert airline.policy_violations(flown) == [
-        "airline policy: cannot cancel reservation NQNU5R: segment HAT214 on 2024-05-13 has landed"]
+    assert airline.policy_violations(flown) == [(
+        "airline policy (airline_no_cancel_after_flown): cannot cancel reservation NQNU5R: segment HAT214 on "
+        "2024-05-13 has landed")]
 
 
 def test_a_domain_of_ones_own_loads_by_its_module_path_with_its_policy_rules():

@@ -10,7 +10,7 @@ Checks, in order (every failing check becomes a `Rejection`: its `Check` and a d
                    kit/data): the engine never trains on a solution evaluation scores (the rule
                    kit/eval/leak.py applies to a whole run)
   policy           the engine's own rule (no transfer to a human) and the domain's coded policy
-                   rules (Domain.policy_violations; kit/envs/rules.py)
+                   rules (Domain.policy_violations; kit/envs/rules/)
   gold_reward      the gold trajectory earns reward 1 from the kit verifier and the checker
   checker_strength the checker (criteria + generated state code) rejects every near-miss
                    mutant that must be rejected (kit/checkers/mutation.py)

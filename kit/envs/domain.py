@@ -15,7 +15,7 @@ or from a module named by its dotted path (your own; see docs/adding_a_domain.md
 
 A dotted name works wherever a domain name does (a recipe's `domain:`, `kit synthesize --domain`),
 in any process, with nothing to register first. Each domain carries its coded policy rules
-(kit/envs/rules.py), which the engine's validator applies.
+(kit/envs/rules/), which the engine's validator applies.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def register_domain(
 
     `get_environment()` returns a tau2 `Environment` (tools = a `ToolKitBase` subclass over
     a pydantic `DB`); `get_tasks(split)` returns tau2 `Task`s (optional); `policy_rules` are
-    the policy's coded rules (kit/envs/rules.py says what a rule is).
+    the policy's coded rules (kit/envs/rules/__init__.py says what a rule is).
     """
     if name in BUILTIN_DOMAINS:
         raise ValueError(f"domain name '{name}' is taken by a built-in τ² domain")
