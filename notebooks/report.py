@@ -38,6 +38,7 @@ out_dir = None      # where this stage writes (default: runs/<run_id>/<stage_id>
 run_dir = None      # runs/<run_id>
 wandb_group = None  # W&B group: the run id
 fingerprint = None  # the runner's hash of this stage's inputs (written to stage.json)
+resume_tag = None  # what its in-stage checkpoints are tagged with: a rerun resumes only from its own
 
 # %%
 from kit.report.build import display_report

@@ -264,7 +264,7 @@ if os.environ.get("KIT_TEST_FAIL") == st.key:
 (st.out_dir / "out.txt").write_text("ok")
 with open(Path(st.run_dir) / "executions.log", "a") as f:
     f.write(st.key + "\\n")
-st.finish(outputs={"out": st.out_dir / "out.txt"}, summary={"python": sys.executable, "params": {
+st.finish(outputs={"out": st.out_dir / "out.txt"}, summary={"python": sys.executable, "tag": st.checkpoint_tag, "params": {
     k: v for k, v in st.params.items() if isinstance(v, (str, int, float, type(None)))}})
 '''
 
@@ -337,8 +337,10 @@ def test_failing_stage_keeps_its_traceback_and_a_rerun_resumes_there(tmp_path, m
     res = Runner(recipe, **kw).run()
     assert res.executed == [] and len(res.skipped) == 4
     old_fp = json.loads((run_dir / "evaluate" / "stage.json").read_text())["fingerprint"]
+    tag = json.loads((run_dir / "evaluate" / "stage.json").read_text())["summary"]["tag"]
     res = Runner(load_recipe(write(tmp_path, CHAIN), {"evaluate.trials": 2, "evaluate.temperature": 0.6}), **kw).run()
     assert res.executed == ["evaluate", "report"]
+    assert json.loads((run_dir / "evaluate" / "stage.json").read_text())["summary"]["tag"] != tag  # new params
     # the replaced run of the stage is kept beside it, never overwritten in place
     kept = run_dir / f"evaluate.replaced-{old_fp[:12]}"
     assert json.loads((kept / "stage.json").read_text())["fingerprint"] == old_fp
@@ -346,6 +348,11 @@ def test_failing_stage_keeps_its_traceback_and_a_rerun_resumes_there(tmp_path, m
     assert new_fp != old_fp
     m = json.loads((run_dir / "manifest.json").read_text())
     assert {s["key"]: s.get("replaced") for s in m["stages"]}["evaluate"] == str(kept)
+    tag = json.loads((run_dir / "evaluate" / "stage.json").read_text())["summary"]["tag"]
+    res = Runner(load_recipe(write(tmp_path, CHAIN), {"evaluate.trials": 2, "evaluate.temperature": 0.6,
+                                                      "evaluate.kv_cache_gib": 1.5}), **kw).run()
+    assert res.executed == ["evaluate", "report"]  # a run-time-only knob: rerun, same checkpoint tag
+    assert json.loads((run_dir / "evaluate" / "stage.json").read_text())["summary"]["tag"] == tag
 
 
 def test_changed_kit_code_reruns_the_stages_that_reach_it_and_only_those(tmp_path):
@@ -367,11 +374,21 @@ def test_changed_kit_code_reruns_the_stages_that_reach_it_and_only_those(tmp_pat
     res = Runner(recipe, **kw).run()
     assert res.executed == [] and len(res.skipped) == 4  # unchanged code: skipped
 
+    def tags():
+        return {s["key"]: (s.get("summary") or {}).get("tag") for s in json.loads(
+            (tmp_path / "runs" / recipe.name / "manifest.json").read_text())["stages"]}
+
+    before = tags()
     sft = code / "train" / "sft.py"
     sft.write_text(sft.read_text() + "\n# changed\n")
     res = Runner(recipe, **kw).run()
     assert res.skipped == ["synthesize"]  # never reaches kit/train/sft.py
     assert "sft_agent" in res.executed and "report" in res.executed
+    # the checkpoint tag is not the code: the rerun sft_agent could resume its own checkpoints; the
+    # evaluate that reads it starts afresh (it reads another run of sft_agent)
+    after = tags()
+    assert after["sft_agent"] == before["sft_agent"] and after["sft_agent"].startswith("resume-")
+    assert after["evaluate"] != before["evaluate"]
     (code / "engine" / "unused_by_any_stage.py").write_text("X = 1\n")  # reached by nobody
     assert Runner(recipe, **kw).run().executed == []
 

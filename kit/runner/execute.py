@@ -136,6 +136,11 @@ def _resolve(ps: PlannedStage, dirs: dict[str, Path], kinds: dict[str, str]) -> 
     return params
 
 
+# parameters a stage's in-stage checkpoints do not depend on (kit run may change them and still resume;
+# kit.train.grpo_config.RESUMABLE_CHANGES is the trainer's own list, checked when it resumes)
+RUN_TIME_ONLY = frozenset({"threads", "kv_cache_gib", "save_every", "keep_checkpoints", "print_metrics"})
+
+
 def stage_complete(stage_dir: Path, fingerprint: str) -> bool:
     info = mf.read_json(stage_dir / "stage.json")
     if not info or info.get("status") != "complete" or info.get("fingerprint") != fingerprint:
@@ -199,6 +204,23 @@ class Runner:
 
     def stage_dir(self, ps: PlannedStage) -> Path:
         return self.run_dir / ps.key
+
+    def _resume_tag(self, ps: PlannedStage, params: dict, ran: "_Upstream") -> str:
+        """What the stage's in-stage checkpoints are tagged with: its key, its parameters less the
+        run-time-only ones (RUN_TIME_ONLY: threads, memory caps, checkpoint cadence), and for each reference
+        which run of the upstream stage it reads (that stage.json's `started`); the parameters its
+        contract lists as `resumable` left out too. Unlike the
+        fingerprint, not the code: a stage killed by a bug or by memory resumes after the fix
+        (same parameters), while a rerun of an upstream stage starts it afresh. The trainer checks
+        the rest when it resumes (GRPO: its config against RESUMABLE_CHANGES)."""
+        def run_of(key: str) -> str:
+            info = mf.read_json(ran.dirs[key] / "stage.json") or {}
+            return f"{key}@{info.get('started') or ran.fps[key]}"
+
+        body = {"key": ps.key, "stage": ps.stage,
+                "params": {k: (("@", run_of(ps.refs[k])) if k in ps.refs else v) for k, v in params.items()
+                           if k not in RUN_TIME_ONLY and k not in contract(ps.stage).resumable}}
+        return "resume-" + _sha(json.dumps(body, sort_keys=True, default=str))[:16]
 
     def _fingerprint(self, ps: PlannedStage, params: dict, fps: dict[str, str]) -> str:
         nb = notebook_path(ps.stage, self.notebooks_dir)
@@ -302,7 +324,7 @@ class Runner:
         job = StageJob(ps, where, sdir, fp, params={**params, "stage": ps.stage, "run_id": self.run_id,
                                                      "stage_id": ps.id, "arm": ps.arm, "out_dir": str(sdir),
                                                      "run_dir": str(self.run_dir), "wandb_group": self.run_id,
-                                                     "fingerprint": fp},
+                                                     "fingerprint": fp, "resume_tag": self._resume_tag(ps, params, ran)},
                        notebook=notebook_path(ps.stage, self.notebooks_dir))
         entry = self._entry(ps, fp, params).set(**executor.entry_fields(job))
         book.record_models(params, ps)

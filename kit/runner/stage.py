@@ -35,7 +35,8 @@ from kit.stages.base import StageOutputs
 BANNER = "!" * 100
 
 # Set by the runner for every stage (where outputs go, the W&B group, ...); a recipe may not set them.
-RUNNER_FIELDS = ("stage", "run_id", "stage_id", "arm", "out_dir", "run_dir", "wandb_group", "fingerprint")
+RUNNER_FIELDS = ("stage", "run_id", "stage_id", "arm", "out_dir", "run_dir", "wandb_group", "fingerprint",
+                 "resume_tag")
 
 
 def cell_comment(description: str | None) -> str:
@@ -59,6 +60,7 @@ class Stage:
         self.run_dir = Path(runner.get("run_dir") or self.out_dir.parent).resolve()
         self.wandb_group = runner.get("wandb_group") or self.run_id
         self.fingerprint = runner.get("fingerprint")
+        self.resume_tag = runner.get("resume_tag")
         self.rank, self.world_size = process_rank()
         self.config: Any = None  # the stage's validated Config (kit/stages), set by begin()
         self.warnings: list[str] = []
@@ -75,8 +77,12 @@ class Stage:
     @property
     def checkpoint_tag(self) -> str:
         """What the stage's in-run checkpoints are tagged with (kit/train/checkpoints.py): the runner's
-        fingerprint (its inputs and code), or, in a notebook run by hand, a hash of its parameters.
-        A rerun resumes only from checkpoints of the same tag."""
+        resume tag (its parameters, less the run-time-only ones, and which run of each upstream stage
+        it reads; not the code: kit/runner/execute.py `resume_tag`), else its fingerprint, or, in a
+        notebook run by hand, a hash of its parameters. A rerun resumes only from checkpoints of the
+        same tag; the trainer checks the rest (GRPO: kit.train.grpo_config.RESUMABLE_CHANGES)."""
+        if self.resume_tag:
+            return str(self.resume_tag)
         if self.fingerprint:
             return str(self.fingerprint)
         import hashlib

@@ -125,6 +125,9 @@ class Contract:
     training_data: bool = False
     summarizes_run: bool = False
     uses_torch: bool = True
+    # parameters a rerun may change and still resume the stage's in-stage checkpoints (beyond the
+    # run-time-only ones every stage has, kit.runner.execute.RUN_TIME_ONLY); its trainer checks them
+    resumable: tuple[str, ...] = ()
     check: Optional[Callable[[Any, list, bool], list[Problem]]] = None
     memory: Optional[Callable[[dict, int], MemoryUse]] = None
     leak_sources: Optional[Callable[[dict], list[str]]] = None

@@ -51,7 +51,7 @@ from kit.stages.contract import (
     SectionContext,
 )
 from kit.sources import GoldRef, PathRef, SplitRef, parse_source
-from kit.train.grpo_config import GRPOConfig, GRPOKnobs, SkipReason
+from kit.train.grpo_config import RESUMABLE_CHANGES, GRPOConfig, GRPOKnobs, SkipReason
 
 
 
@@ -449,6 +449,6 @@ CONTRACT = Contract(
     references={"model": Reference(Produces.MODEL, wire_from=("sft_agent",), fallback=BASE_MODEL),
                 "user_model": Reference(Produces.MODEL, wire_from=("sft_user",), fallback=BASE_MODEL),
                 "tasks": Reference(Produces.DATA, wire_from=("synthesize",))},
-    check=check, memory=memory, leak_sources=leak_sources,
+    check=check, memory=memory, leak_sources=leak_sources, resumable=RESUMABLE_CHANGES,
     report=ReportPart(bucket="grpo_runs", read=report_entry, sections=report_sections, rank=3),
     provenance=provenance)

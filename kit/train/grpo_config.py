@@ -145,7 +145,10 @@ class GRPOKnobs(LoRAKnobs):
 
 # settings a run may change and still resume from another run's checkpoint (every other field of
 # GRPOConfig must be the same: GRPOTrainer.resume refuses a checkpoint written with other values)
-RESUMABLE_CHANGES = ("train_steps", "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "rollout_server")
+# (micro_batch_size / micro_batch_tokens cut the same batch into other micro-batches: the same
+# gradient, token-normalised over the whole batch, up to float summation order)
+RESUMABLE_CHANGES = ("train_steps", "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "rollout_server",
+                     "micro_batch_size", "micro_batch_tokens")
 
 
 class GRPOConfig(GRPOKnobs):
