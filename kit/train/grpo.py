@@ -392,9 +392,13 @@ class GRPOTrainer:
         self.acc.wait_for_everyone()
         mine = self._meta()
         for path, meta in ck.complete(root):
+            # settings compared without RESUMABLE_CHANGES on either side (a checkpoint written when the
+            # list was shorter still holds the fields added to it since)
+            meta = {**meta, "config": {k: v for k, v in (meta.get("config") or {}).items() if k not in RESUMABLE_CHANGES}}
             for key, what in (("world_size", "processes"), ("tasks", "tasks"), ("config", "settings")):
                 if meta.get(key) != mine[key]:
-                    diff = ([k for k in mine[key] if meta.get(key, {}).get(k) != mine[key][k]]
+                    diff = (sorted(k for k in set(mine[key]) | set(meta.get(key) or {})
+                                   if (meta.get(key) or {}).get(k) != mine[key].get(k))
                             if key == "config" else f"{meta.get(key)!r:.200} vs {mine[key]!r:.200}")
                     raise BadInput(f"checkpoint {path} was written with other {what} than this run has: {diff}",
                                    f"resume with the same {what}, or remove {Path(root)} to start over")
