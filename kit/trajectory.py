@@ -67,6 +67,10 @@ class Trajectory(BaseModel):
         return [tc for m in self.messages if m.role in ("assistant", "user") for tc in (m.tool_calls or [])]
 
     # -- tau2 ---------------------------------------------------------------------------
+    def tool_errors(self) -> int:
+        """Failed tool calls: tool messages marked as errors."""
+        return sum(1 for m in self.messages if m.role == "tool" and m.error)
+
     def to_tau2(self) -> SimulationRun:
         now = datetime.now().isoformat()
         return SimulationRun(

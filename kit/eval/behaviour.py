@@ -74,7 +74,7 @@ def episode_profile(dom, task, traj) -> dict:
         exact = all(any(n == g and all(a.get(k) == v for k, v in ga.items()) for n, a in written) for g, ga in gold)
     return {"script": " > ".join(n for n, _ in calls) or NO_CALL, "calls": len(calls), "wrote": bool(written),
             "right_write": right, "exact_write": exact, "grounded": grounded if written else None,
-            "tool_errors": sum(1 for m in traj.messages if m.role == "tool" and m.error)}
+            "tool_errors": traj.tool_errors()}
 
 
 def _mean(values) -> Optional[float]:

@@ -145,6 +145,11 @@ def stage_complete(stage_dir: Path, fingerprint: str) -> bool:
     info = mf.read_json(stage_dir / "stage.json")
     if not info or info.get("status") != "complete" or info.get("fingerprint") != fingerprint:
         return False
+    return _outputs_exist(info)
+
+
+def _outputs_exist(info: dict) -> bool:
+    """Every output file a stage.json names is still there."""
     return all(Path(p).exists() for p in (info.get("outputs") or {}).values() if isinstance(p, str))
 
 
@@ -153,9 +158,7 @@ def _keep(sdir: Path, fingerprint: str) -> bool:
     or upstream) is restamped with the new one, its old fingerprints listed in stage.json's
     `kept_from`, so the run (and later reruns) reuse it. False when it is not complete."""
     info = mf.read_json(sdir / "stage.json")
-    if not info or info.get("status") != "complete":
-        return False
-    if not all(Path(p).exists() for p in (info.get("outputs") or {}).values() if isinstance(p, str)):
+    if not info or info.get("status") != "complete" or not _outputs_exist(info):
         return False
     info["kept_from"] = [*(info.get("kept_from") or []), info.get("fingerprint")]
     info["fingerprint"] = fingerprint

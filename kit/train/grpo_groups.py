@@ -40,18 +40,13 @@ class Group:
             self.scores = list(self.rewards)
 
 
-def tool_errors(traj: Any) -> int:
-    """Failed tool calls of an episode (tool messages marked as errors)."""
-    return sum(1 for m in traj.messages if m.role == "tool" and m.error)
-
-
 def shaped(reward: float, traj: Any, error_penalty: float) -> float:
     """The score GRPO learns from: the checker's reward less `error_penalty` per failed tool call,
     never below 0. A call of a made-up id fails and leaves the database as it was, so the checker alone
     never tells a clean success from one sprayed with failed calls (tests/test_grpo_groups.py)."""
     if error_penalty <= 0:
         return reward
-    return max(0.0, reward - error_penalty * tool_errors(traj))
+    return max(0.0, reward - error_penalty * traj.tool_errors())
 
 
 class TaskDraws:
