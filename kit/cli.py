@@ -34,6 +34,7 @@ from pathlib import Path
 from kit import metrics as M
 from kit.errors import USAGE_STATUS, BadInput, describe, is_user_error
 from kit.stages.base import add_config_arguments, config_from_args
+from kit.sources import parse_source
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -348,7 +349,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, overrides, check_gpu=not args.validate)
     if args.validate:
         for ps in recipe.plan:
-            refs = ", ".join(f"{k}<-{v}" for k, v in ps.refs.items())
+            refs = ", ".join(f"{k}<-{v}" + ("/" + o if (o := getattr(parse_source(str(ps.params.get(k))), "output", None))
+                                            else "") for k, v in ps.refs.items())
             how = ""
             if ps.launch:  # accelerate launch instead of the notebook (kit/runner/launch.py)
                 la = ps.launch

@@ -1,7 +1,10 @@
 """Where a stage's data comes from, parsed once from the text a recipe, a CLI flag or a notebook
 parameter holds, then passed typed:
 
-    '@<stage id>'    StageRef   another stage's output (the runner replaces it by that stage's folder)
+    '@<stage id>'    StageRef   another stage's output (the runner replaces it by that stage's folder;
+                                a model stage's `model/`)
+    '@<id>/<folder>' StageRef   one of the model folders a stage declares (kit/stages/contract.py
+                                Contract.models: GRPO's `@grpo/model_best`)
     'split:<name>'   SplitRef   a task split of the domain ('all': every task)
     'gold'           GoldRef    the domain's gold dialogues (the SFT stages' fallback data)
     anything else    PathRef    a file or a folder
@@ -12,7 +15,7 @@ parameter holds, then passed typed:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,9 +30,10 @@ class _Source(BaseModel):
 class StageRef(_Source):
     kind: Literal["stage"] = "stage"
     id: str
+    output: Optional[str] = None  # a model folder of the stage other than its `model/`
 
     def text(self) -> str:
-        return f"@{self.id}"
+        return f"@{self.id}" + (f"/{self.output}" if self.output else "")
 
 
 class SplitRef(_Source):
@@ -67,7 +71,8 @@ def parse_source(text: str | Path | Source) -> Source:
         return text
     s = str(text)
     if s.startswith("@"):
-        return StageRef(id=s[1:])
+        sid, _, output = s[1:].partition("/")
+        return StageRef(id=sid, output=output or None)
     if s.startswith("split:"):
         return SplitRef(name=s[len("split:"):])
     if s == "gold":

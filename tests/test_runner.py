@@ -148,6 +148,10 @@ BAD = {
     "reference of the wrong kind": ("name: x\ndomain: mock\nstages:\n  - stage: synthesize\n  - stage: evaluate\n"
                                     "    params: {model: '@synthesize'}\n",
                                     ":6: stages[1].params.model: '@synthesize' is a synthesize stage"),
+    "model folder a stage does not write": ("name: x\ndomain: mock\nstages:\n  - stage: sft_agent\n  - stage: evaluate\n"
+                                            "    params: {model: '@sft_agent/model_best'}\n",
+                                            ":6: stages[1].params.model: '@sft_agent/model_best': a sft_agent stage "
+                                            "writes no model folder 'model_best' (its model folders: model)"),
     "duplicate id": ("name: x\ndomain: mock\nstages:\n  - stage: evaluate\n  - stage: evaluate\n",
                      ":5: stages[1].id: stage id 'evaluate' is used twice"),
     "report not last": ("name: x\ndomain: mock\nstages:\n  - stage: report\n  - stage: evaluate\n",
@@ -240,6 +244,23 @@ def test_set_overrides_and_env_defaults(tmp_path, monkeypatch):
     assert r.plan[0].params["trials"] == 2 and r.plan[0].params["domain"] == "airline"
     with pytest.raises(RecipeError, match="--set nope.x"):
         load_recipe(p, {"nope.x": 1})
+
+
+def test_a_reference_can_name_grpos_best_policy_and_its_fingerprint_differs(tmp_path):
+    """'@grpo/model_best' reads GRPO's best policy on its learning curve; '@grpo' its last (model/)."""
+    from kit.runner.execute import _ref_folder, _resolve
+
+    p = write(tmp_path, "name: x\ndomain: mock\nstages:\n  - stage: grpo\n"
+                        "  - {stage: evaluate, id: last, params: {model: '@grpo'}}\n"
+                        "  - {stage: evaluate, id: best, params: {model: '@grpo/model_best'}}\n")
+    r = load_recipe(p)
+    last, best = (next(s for s in r.plan if s.id == i) for i in ("last", "best"))
+    grpo = next(s for s in r.plan if s.stage == "grpo")
+    assert last.refs["model"] == best.refs["model"] == grpo.key
+    dirs, kinds = {grpo.key: tmp_path / "grpo"}, {grpo.key: "grpo"}
+    assert _resolve(last, dirs, kinds)["model"] == str(tmp_path / "grpo" / "model")
+    assert _resolve(best, dirs, kinds)["model"] == str(tmp_path / "grpo" / "model_best")
+    assert _ref_folder(last, "model", "grpo") == "model"
 
 
 def test_set_takes_a_reference_as_written():

@@ -52,6 +52,7 @@ from typing import Any, Callable, Optional, Protocol
 from kit.runner import manifest as mf
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
+from kit.sources import parse_source
 from kit.stages import contract, summarizes_run
 from kit.stages.contract import Produces
 
@@ -132,8 +133,24 @@ def _resolve(ps: PlannedStage, dirs: dict[str, Path], kinds: dict[str, str]) -> 
     params = dict(ps.params)
     for name, key in ps.refs.items():
         d = dirs[key]
-        params[name] = str(d / "model") if contract(kinds[key]).produces == Produces.MODEL else str(d)
+        params[name] = str(d / _ref_folder(ps, name, kinds[key])) \
+            if contract(kinds[key]).produces == Produces.MODEL else str(d)
     return params
+
+
+def _ref_folder(ps: PlannedStage, name: str, kind: str) -> str:
+    """The model folder reference `name` reads: '@id/<folder>' names it, '@id' the stage's default."""
+    value = ps.params.get(name)
+    src = parse_source(value) if isinstance(value, str) else None
+    return (getattr(src, "output", None) or contract(kind).models[0])
+
+
+def _ref_token(ps: PlannedStage, name: str, upstream: str) -> tuple:
+    """A reference in a fingerprint or resume tag: the upstream run, and the folder when not the default."""
+    value = ps.params.get(name)
+    src = parse_source(value) if isinstance(value, str) else None
+    output = getattr(src, "output", None)
+    return ("@", upstream) if output is None else ("@", upstream, output)
 
 
 # parameters a stage's in-stage checkpoints do not depend on (kit run may change them and still resume;
@@ -221,7 +238,7 @@ class Runner:
             return f"{key}@{info.get('started') or ran.fps[key]}"
 
         body = {"key": ps.key, "stage": ps.stage,
-                "params": {k: (("@", run_of(ps.refs[k])) if k in ps.refs else v) for k, v in params.items()
+                "params": {k: (_ref_token(ps, k, run_of(ps.refs[k])) if k in ps.refs else v) for k, v in params.items()
                            if k not in RUN_TIME_ONLY and k not in contract(ps.stage).resumable}}
         return "resume-" + _sha(json.dumps(body, sort_keys=True, default=str))[:16]
 
@@ -234,7 +251,7 @@ class Runner:
         body = {"stage": ps.stage, "notebook": _sha(text) if text is not None else None,
                 # the kit code the notebook reaches (kit/runner/codehash.py): changed code reruns the stage
                 "code": code_fingerprint(code, self.code_root) if code is not None else None,
-                "params": {k: (("@", fps[ps.refs[k]]) if k in ps.refs else v) for k, v in params.items()}}
+                "params": {k: (_ref_token(ps, k, fps[ps.refs[k]]) if k in ps.refs else v) for k, v in params.items()}}
         if summarizes_run(ps.stage):
             body["upstream"] = sorted(fps.values())
         if ps.launch:  # how it is launched (processes, accelerate config file's content) reruns it too

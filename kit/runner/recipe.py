@@ -366,7 +366,7 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any], path: Path) -> None:
 
 
 def _is_ref(v: Any) -> bool:
-    """'@<stage id>' (kit/sources.py: a StageRef)."""
+    """'@<stage id>' or '@<stage id>/<model folder>' (kit/sources.py: a StageRef)."""
     return isinstance(v, str) and isinstance(parse_source(v), StageRef)
 
 
@@ -611,7 +611,8 @@ def _wire(ps: PlannedStage, chain: list[PlannedStage], spec: RecipeSpec, origin:
         value = ps.params.get(name)
         where = origin.get(name, ("stages", ps.index, "params", name))
         if _is_ref(value):
-            target = parse_source(value).id
+            src = parse_source(value)
+            target = src.id
             match = [c for c in chain if c.id == target]
             if not match:
                 earlier = ", ".join(c.id for c in chain) or "none"
@@ -624,6 +625,11 @@ def _wire(ps: PlannedStage, chain: list[PlannedStage], spec: RecipeSpec, origin:
             if produces != ref.kind:
                 errors.add(where, f"'{value}' is a {tgt.stage} stage, which produces "
                            f"{produces.value}, but '{name}' needs a {ref.kind.value}")
+                continue
+            folders = contract(tgt.stage).models
+            if src.output is not None and (produces != Produces.MODEL or src.output not in folders):
+                errors.add(where, f"'{value}': a {tgt.stage} stage writes no model folder '{src.output}'"
+                           + (f" (its model folders: {', '.join(folders)})" if produces == Produces.MODEL else ""))
                 continue
             ps.refs[name] = tgt.key
         elif value is None:

@@ -120,6 +120,8 @@ class Contract:
 
     names: tuple[str, ...]
     produces: Produces
+    # the model folders a MODEL stage writes, the first its default ('@id' reads it; '@id/<folder>' another)
+    models: tuple[str, ...] = ("model",)
     references: Mapping[str, Reference] = field(default_factory=dict)
     launchable: bool = False
     training_data: bool = False

@@ -445,7 +445,7 @@ def provenance(info: dict, folder: Path):
 
 
 CONTRACT = Contract(
-    names=("grpo",), produces=Produces.MODEL, launchable=True, training_data=True,
+    names=("grpo",), produces=Produces.MODEL, models=("model", "model_best"), launchable=True, training_data=True,
     references={"model": Reference(Produces.MODEL, wire_from=("sft_agent",), fallback=BASE_MODEL),
                 "user_model": Reference(Produces.MODEL, wire_from=("sft_user",), fallback=BASE_MODEL),
                 "tasks": Reference(Produces.DATA, wire_from=("synthesize",))},
