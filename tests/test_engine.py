@@ -238,6 +238,80 @@ def test_round_stats_is_a_pure_function_whose_fields_are_the_rounds_csv_columns(
     assert header.split(",") == ROUND_COLUMNS and values.startswith("0,2,2,1,1,0.5,")
 
 
+def test_rounds_csv_counts_the_realized_task_mix_per_kind_and_tool():
+    """What the plans actually made: kinds (lookup / one_write / lookup_write / two_writes), tasks per
+    tool, the share with a write, the domain's write tools covered, entropies over patterns and kinds."""
+    def task(*names):
+        return {"id": "x", "evaluation_criteria": {"actions": [{"action_id": str(i), "name": n, "arguments": {}}
+                                                                for i, n in enumerate(names)]}}
+    writes = frozenset({"create_task", "update_task_status", "delete_task"})
+    tasks = [task("create_task"), task("create_task"), task("get_users", "create_task"),
+             task("create_task", "update_task_status"), task("get_users")]
+    summary = {"unit": "r0-p0", "round": 0, "choice_fallbacks": 0, "wall_s": 1.0}
+    row = round_stats(0, [], [CommittedUnit(summary, {"tasks.jsonl": tasks})], {}, writes)
+    assert row.kinds == "one_write:2 lookup:1 lookup_write:1 two_writes:1"
+    assert row.tools == "create_task:4 get_users:2 update_task_status:1"
+    assert (row.write_share, row.write_coverage) == (0.8, round(2 / 3, 4))
+    # 4 patterns, counts 2,1,1,1 of 5: -(0.4 log 0.4 + 3 * 0.2 log 0.2)
+    assert row.pattern_entropy == 1.9219 and row.kind_entropy == 1.9219
+    empty = round_stats(0, [], [CommittedUnit(summary, {})], {}, writes)
+    assert (empty.kinds, empty.write_share, empty.pattern_entropy) == ("", None, None)
+
+
+def test_a_task_with_the_same_solution_and_nearly_the_same_text_is_a_duplicate():
+    from kit.engine.validate import Seen
+
+    def t(tid, reason, title="Pay rent"):
+        return Task(id=tid, user_scenario=UserScenario(instructions={
+            "domain": "mock", "reason_for_call": reason, "known_info": "You are user_1.", "task_instructions": "x"}),
+            evaluation_criteria=EvaluationCriteria(actions=[Action(action_id="a0", name="create_task", arguments={
+                "user_id": "user_1", "title": title})], reward_basis=["DB"]))
+    seen = Seen([t("a", "Please add a task called Pay rent to my list.")])
+    again = t("b", "Please add a task called Pay rent to my list!")
+    why = seen.claim(again)
+    assert why is not None and why.check is Check.DUPLICATE and "as a" in why.detail
+    other_words = t("c", "I keep forgetting the rent; can you put it on my to-do list as Pay rent?")
+    assert seen.claim(other_words) is None          # same gold, other text: kept (a paraphrase)
+    assert seen.claim(t("d", "Please add a task called Pay rent to my list.", title="Pay gas")) is None
+    assert seen.claim(t("e", "Please add a task called Pay gas to my list.", title="Pay gas")) is not None
+    seen.forget(t("d", "", title="Pay gas"))        # d failed a later check: e's twin is free again
+    assert seen.claim(t("e", "Please add a task called Pay gas to my list.", title="Pay gas")) is None
+
+
+def test_meta_planner_and_reflector_cap_the_share_of_read_only_plans():
+    """airline has 6 read tools and 6 writes: uncapped, lookups take about a third of the plans and the
+    reflector drifts to them (they are the plans that succeed)."""
+    from kit.engine.choice import Chooser
+    from kit.engine.plans import meta_plan
+    from kit.engine.prompts import Prompts
+    from kit.engine.reflect import reflect
+
+    airline = load_domain("airline")
+    reads = {t[0] for i, t in tool_patterns(airline) if i == "lookup"}
+
+    class LikesLookups:  # a fake model (this test is about the cap, not the model): picks a lookup when offered
+        caps = type("Caps", (), {"scores": True})()
+
+        def score_options(self, messages, options):
+            return [0.0 if o.split(": ")[-1] in reads else -50.0 for o in options]
+
+        def chat(self, messages, params=None):
+            return [type("Completion", (), {"text": "plan text " + str(len(messages[-1]["content"])), "raw": ""})()]
+
+    assert len(reads) >= 4
+    chooser = Chooser(LikesLookups(), temperature=0.0, seed=0)
+    plans, _ = meta_plan(airline, 8, chooser, Prompts(), max_lookup_share=0.25, max_similarity=1.0)
+    assert sum(p.slice.intent == "lookup" for p in plans) <= 2
+    uncapped, _ = meta_plan(airline, 8, chooser, Prompts(), max_lookup_share=None, max_similarity=1.0)
+    assert sum(p.slice.intent == "lookup" for p in uncapped) > 2  # the cap is what holds it
+    # every plan failed and lookups did best: the reflector may not switch past the cap
+    stats = {p.id: {"proposals": 2, "accepted": 0, "rejections": Counter({"gold_runs": 2}), "failures": Counter()}
+             for p in plans}
+    pattern_stats = {">".join(t): (2, 2) for i, t in tool_patterns(airline) if i == "lookup"}
+    new = reflect(airline, plans, stats, {}, chooser, Prompts(), 0, pattern_stats, max_lookup_share=0.25)
+    assert sum(p.slice.intent == "lookup" for p in new) <= 2
+
+
 def test_old_rejection_records_load_typed_and_count_as_before():
     """proposals.jsonl of an older run: a synthesis reason's detail led with its cause
     ("write_failed: ..."); it is parsed once, at Rejection.from_json, into the cause and the detail."""

@@ -44,6 +44,9 @@ class EngineKnobs(BaseModel):
                                  "to sft_agent.jsonl (meta.source = 'gold').")
     choice_temperature: float = Field(default=1.0, ge=0.0, description="Softmax temperature of constrained choices.")
     max_similarity: float = Field(default=0.75, gt=0.0, le=1.0, description="Near-duplicate plan threshold.")
+    max_lookup_share: float = Field(default=0.25, ge=0.0, le=1.0, description="Most read-only (lookup) plans the "
+                                    "meta-planner writes, as a share of num_plans (rounded down): a tau2 agent is "
+                                    "trained on writes under policy; 1: no cap.")
     wandb: bool = Field(default=True, description="Log round metrics to W&B (offline unless WANDB_MODE says otherwise).")
 
 

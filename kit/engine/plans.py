@@ -164,9 +164,13 @@ def write_plan_texts(chooser: Chooser, prompts: Prompts, sl: Slice) -> tuple[str
 
 
 def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_similarity: float = 0.75,
-              seed: int = 0, max_tries: Optional[int] = None) -> tuple[list[PlanPair], dict]:
-    """N plan pairs for the domain; returns (plans, stats with rejected near-duplicates)."""
+              seed: int = 0, max_tries: Optional[int] = None,
+              max_lookup_share: Optional[float] = None) -> tuple[list[PlanPair], dict]:
+    """N plan pairs for the domain; returns (plans, stats with rejected near-duplicates). At most
+    int(max_lookup_share × n) of them are read-only (intent `lookup`; None: no cap): a domain with many
+    read tools (airline: 6 reads, 6 writes) otherwise spends a third of its plans on lookups."""
     patterns = tool_patterns(domain, seed=seed)
+    lookup_cap = n if max_lookup_share is None else int(max_lookup_share * n)
     if not patterns:
         raise ValueError(f"domain {domain.name!r} has no read or write tools for the meta-planner to plan over")
     tools_line = ", ".join(n for n in domain.tool_names("assistant") if n not in GENERIC_TOOLS)
@@ -179,8 +183,10 @@ def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_si
         existing = "\n".join(f"- {p.slice.describe()}" for p in plans) or "- none yet"
         base = dict(domain=domain.name, tools=tools_line, existing=existing)
         # fewest-used patterns first: the model chooses among the least covered slices
-        least = min(used_patterns.get(">".join(t), 0) for _, t in patterns)
-        fresh = [p for p in patterns if used_patterns.get(">".join(p[1]), 0) == least]
+        lookups = sum(p.slice.intent == "lookup" for p in plans)
+        allowed = [p for p in patterns if p[0] != "lookup" or lookups < lookup_cap] or patterns
+        least = min(used_patterns.get(">".join(t), 0) for _, t in allowed)
+        fresh = [p for p in allowed if used_patterns.get(">".join(p[1]), 0) == least]
         pi = chooser.choose(prompts.render("meta_planner", **base, slice="the tool pattern"),
                             [f"{i}: {' then '.join(t)}" for i, t in fresh], what="plan tools")
         intent, tools = fresh[pi]

@@ -46,6 +46,7 @@ class Check(TextEnum):
     GROUNDED_ARGS = "grounded_args"
     HELD_OUT = "held_out"
     POLICY = "policy"
+    DUPLICATE = "duplicate"
     GOLD_REWARD = "gold_reward"
     CHECKER_STRENGTH = "checker_strength"
     LLM_JUDGE = "llm_judge"
@@ -189,6 +190,11 @@ class CommittedUnit:
         """Each rejected proposal with the reason that decided it (its first), typed."""
         return [(p, Rejection.from_json(p["reasons"][0])) for p in self.proposals
                 if not p["accepted"] and p["reasons"]]
+
+    @property
+    def tasks(self) -> list[dict]:
+        """The unit's accepted tasks (tau2 Task dicts, tasks.jsonl)."""
+        return self.rows.get("tasks.jsonl", [])
 
     @property
     def trajectories(self) -> list[dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -43,6 +44,7 @@ class RoundRow:
     reject_grounded_args: int
     reject_held_out: int
     reject_policy: int
+    reject_duplicate: int
     reject_gold_reward: int
     reject_checker_strength: int
     reject_llm_judge: int
@@ -54,7 +56,14 @@ class RoundRow:
     failures_user: int
     failures_undetermined: int
     user_deviation_rate: Optional[float]  # kit.metrics.USER_DEVIATION_RATE
-    diversity: float
+    diversity: float                # of the plans' text and slices (kit/engine/plans.py)
+    # the realized task mix of the round's accepted tasks (task_mix): what the plans actually made
+    kinds: str                      # tasks per kind, "one_write:5 lookup_write:2" (TASK_KINDS)
+    tools: str                      # tasks per tool their gold actions call, "cancel_reservation:3 ..."
+    write_share: Optional[float]    # accepted tasks with at least one write
+    write_coverage: Optional[float]  # the domain's write tools some accepted task calls, of all of them
+    pattern_entropy: Optional[float]  # bits, over the gold tool patterns ("get_users>create_task")
+    kind_entropy: Optional[float]   # bits, over TASK_KINDS
     sft_agent: int
     sft_user: int
     sft_ungrounded: int
@@ -68,10 +77,75 @@ class RoundRow:
 ROUND_COLUMNS = [f.name for f in fields(RoundRow)]
 
 
-def round_stats(r: int, plans: list, units: list[CommittedUnit], pools: dict[str, str]) -> RoundRow:
+# what a task asks of the agent, from its gold actions (task_kind)
+TASK_KINDS = ("lookup", "one_write", "lookup_write", "two_writes")
+
+
+def task_kind(actions: list, writes: frozenset[str]) -> str:
+    """A task's kind from its gold actions (tau2 Action dicts or objects, in order) and the names of the
+    domain's write tools: `lookup` (no write), `one_write`, `lookup_write` (a read, then one write: the
+    agent finds what the write needs), `two_writes` (two or more writes)."""
+    names = [a["name"] if isinstance(a, dict) else a.name for a in actions]
+    w = [i for i, n in enumerate(names) if n in writes]
+    if not w:
+        return "lookup"
+    if len(w) > 1:
+        return "two_writes"
+    return "lookup_write" if w[0] > 0 else "one_write"
+
+
+def _entropy(counts: Counter) -> Optional[float]:
+    n = sum(counts.values())
+    if not n:
+        return None
+    return round(max(0.0, -sum(c / n * math.log2(c / n) for c in counts.values() if c)), 4)
+
+
+def _counts_text(counts: Counter) -> str:
+    return " ".join(f"{k}:{v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+@dataclass(frozen=True)
+class TaskMix:
+    """The realized mix of a set of tasks (rounds.csv's task-mix columns, the report's engine table)."""
+
+    kinds: Counter
+    tools: Counter
+    patterns: Counter
+    n: int
+    write_tools: frozenset[str]
+
+    @property
+    def write_share(self) -> Optional[float]:
+        return round(1 - self.kinds.get("lookup", 0) / self.n, 4) if self.n else None
+
+    @property
+    def write_coverage(self) -> Optional[float]:
+        if not self.write_tools:
+            return None
+        return round(len(self.write_tools & set(self.tools)) / len(self.write_tools), 4)
+
+
+def task_mix(tasks: list, write_tools: frozenset[str]) -> TaskMix:
+    """Kinds, tools (tasks calling each) and gold tool patterns of `tasks` (tau2 Task dicts or objects)."""
+    kinds, tools, patterns = Counter(), Counter(), Counter()
+    for t in tasks:
+        crit = t.get("evaluation_criteria") if isinstance(t, dict) else t.evaluation_criteria
+        acts = ((crit or {}).get("actions") if isinstance(crit, dict) else getattr(crit, "actions", None)) or []
+        names = [a["name"] if isinstance(a, dict) else a.name for a in acts]
+        kinds[task_kind(acts, write_tools)] += 1
+        tools.update(set(names))
+        patterns[">".join(names)] += 1
+    return TaskMix(kinds, tools, patterns, len(tasks), frozenset(write_tools))
+
+
+def round_stats(r: int, plans: list, units: list[CommittedUnit], pools: dict[str, str],
+                write_tools: frozenset[str] = frozenset()) -> RoundRow:
     """Round `r`'s row of rounds.csv from its plans, its committed units (read with their samples
-    files for the SFT counts) and the run's pools ({task id: "sft" | "rl"}, kit/engine/pools.py)."""
+    files for the SFT counts, tasks.jsonl for the task mix), the run's pools ({task id: "sft" | "rl"},
+    kit/engine/pools.py) and the names of the domain's write tools."""
     props = [p for u in units for p in u.proposals]
+    mix = task_mix([t for u in units for t in u.tasks], write_tools)
     ids = [p["task_id"] for p in props if p["accepted"]]
 
     def sft_samples(role: str) -> int:
@@ -94,6 +168,8 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit], pools: dict[str
         user_deviation_rate=(round(sum(bool(t["meta"].get("user_deviations")) for t in trajs) / len(trajs), 4)
                              if trajs else None),
         diversity=round(diversity(plans), 4),
+        kinds=_counts_text(mix.kinds), tools=_counts_text(mix.tools), write_share=mix.write_share,
+        write_coverage=mix.write_coverage, pattern_entropy=_entropy(mix.patterns), kind_entropy=_entropy(mix.kinds),
         sft_agent=sft_samples("agent"), sft_user=sft_samples("user"),
         sft_ungrounded=sum(u.summary.get("sft_ungrounded", 0) for u in units),
         choice_fallbacks=sum(u.summary["choice_fallbacks"] for u in units),

@@ -47,9 +47,9 @@ from kit.engine.rounds import RoundRow, plan_feedback, round_stats, write_rounds
 from kit.engine.store import RunStore, atomic_write, unit_id
 
 # what round statistics read of a committed unit
-ROUND_FILES = ("proposals.jsonl", "trajectories.jsonl", "failures.jsonl", "samples_agent.jsonl", "samples_user.jsonl")
+ROUND_FILES = ("tasks.jsonl", "proposals.jsonl", "trajectories.jsonl", "failures.jsonl", "samples_agent.jsonl", "samples_user.jsonl")
 from kit.engine.synthesize import Synthesizer
-from kit.engine.validate import executable_checks, llm_judgment, make_checker
+from kit.engine.validate import Seen, executable_checks, llm_judgment, make_checker
 from kit.envs.domain import load_domain
 from kit.llm.types import SamplingParams
 from kit.rollout.fidelity import user_deviations
@@ -96,6 +96,9 @@ class Engine:
         self.agent = given.get("agent") or self._backend(cfg.agent_model or cfg.model)
         self.user = given.get("user") or self._backend(cfg.user_model or cfg.model)
         self.chooser = Chooser(self.engine_llm, temperature=cfg.choice_temperature, seed=cfg.seed)  # plans, reflection
+        self.write_tools = frozenset(n for n in self.domain.tool_names("assistant")
+                                     if self.domain.tool_kind(n) == "write")
+        self._seen: Optional[Seen] = None  # accepted tasks, for the duplicate check (loaded in run())
         self._tokenizer = None
         self._sandbox = None
         self._wandb = None
@@ -184,7 +187,8 @@ class Engine:
             return
         self.chooser.reseed(_seed(self.cfg.seed, "meta-plan"))
         plans, stats = meta_plan(self.domain, self.cfg.num_plans, self.chooser, self.prompts,
-                                 max_similarity=self.cfg.max_similarity, seed=self.cfg.seed)
+                                 max_similarity=self.cfg.max_similarity, seed=self.cfg.seed,
+                                 max_lookup_share=self.cfg.max_lookup_share)
         save_plans(path, plans)
         atomic_write(self.out / "plans" / "meta_planner.json", json.dumps(stats, indent=1))
         self.prompts.save(self.out / "prompts" / "round_0", plans)
@@ -207,14 +211,28 @@ class Engine:
         reasons = executable_checks(self.domain, prop.task)
         if reasons:
             return None, reasons
+        dup = self.seen.claim(prop.task)  # recorded now; forgotten if a later check rejects it
+        if dup is not None:
+            return None, [dup]
         rec, reasons = make_checker(self.domain, prop.task, self.sandbox)
-        if reasons:
-            return None, reasons
-        if self.cfg.llm_judge:
+        if not reasons and self.cfg.llm_judge:
             ok, decision = llm_judgment(chooser, self.prompts, plan, prop.task, self.cfg.judge_threshold)
             if not ok:
-                return None, [Rejection(Check.LLM_JUDGE, f"model judged the task off-plan (P(no)={decision['p_no']})")]
+                reasons = [Rejection(Check.LLM_JUDGE, f"model judged the task off-plan (P(no)={decision['p_no']})")]
+        if reasons:
+            self.seen.forget(prop.task)
+            return None, reasons
         return rec, []
+
+    @property
+    def seen(self) -> Seen:
+        """The tasks accepted so far (committed units' tasks.jsonl, then this process's acceptances)."""
+        if self._seen is None:
+            from kit.files import read_jsonl
+            from tau2.data_model.tasks import Task
+
+            self._seen = Seen([Task.model_validate(t) for t in read_jsonl(self.out / "tasks.jsonl")])
+        return self._seen
 
     def _run_unit(self, r: int, p: int, plan) -> UnitResult:
         """One plan in one round: task proposals, their validation, rollouts of the accepted ones, SFT samples."""
@@ -323,7 +341,8 @@ class Engine:
         if self.cfg.evolution:
             stats, examples, patterns = plan_feedback(plans, units)
             self.chooser.reseed(_seed(self.cfg.seed, r, "reflect"))
-            new = reflect(self.domain, plans, stats, examples, self.chooser, self.prompts, r, patterns)
+            new = reflect(self.domain, plans, stats, examples, self.chooser, self.prompts, r, patterns,
+                          max_lookup_share=self.cfg.max_lookup_share)
         save_plans(self._plans_path(r + 1), new)
         self.prompts.save(self.out / "prompts" / f"round_{r + 1}", new)
 
@@ -370,7 +389,7 @@ class Engine:
             pools = self._write_pools()  # over every round so far: earlier rounds' pool counts may move
             every = self.store.units(files=ROUND_FILES)  # the ledger read once, split by round below
             rows = [round_stats(i, load_plans(self._plans_path(i)) if i < r else plans,
-                                [u for u in every if u.round == i], pools) for i in range(r + 1)]
+                                [u for u in every if u.round == i], pools, self.write_tools) for i in range(r + 1)]
             write_rounds_csv(self.out / "rounds.csv", rows)
             self._log_wandb(rows[-1].as_dict())
             if r + 1 < self.cfg.rounds and not self._plans_path(r + 1).exists():

@@ -11,6 +11,9 @@ Checks, in order (every failing check becomes a `Rejection`: its `Check` and a d
                    kit/eval/leak.py applies to a whole run)
   policy           the engine's own rule (no transfer to a human) and the domain's coded policy
                    rules (Domain.policy_violations; kit/envs/rules/)
+  duplicate        no task accepted before it (this run, any round) has the same solution (gold
+                   actions and information to communicate) and nearly the same text (Jaccard of
+                   the scenario's words >= NEAR_DUPLICATE): `Seen`, kept by the engine
   gold_reward      the gold trajectory earns reward 1 from the kit verifier and the checker
   checker_strength the checker (criteria + generated state code) rejects every near-miss
                    mutant that must be rejected (kit/checkers/mutation.py)
@@ -96,6 +99,63 @@ def executable_checks(domain: Domain, task) -> list[Rejection]:
     for why in ([transfer] if transfer else []) + domain.policy_violations(task):
         reasons.append(Rejection(Check.POLICY, why))
     return reasons
+
+
+NEAR_DUPLICATE = 0.8  # Jaccard of the words of two tasks' reason_for_call + known_info
+
+
+def _solution_key(task) -> tuple:
+    from kit.eval.leak import gold_action_keys
+
+    info = task.evaluation_criteria.communicate_info or []
+    return frozenset(gold_action_keys(task)), tuple(sorted(str(i) for i in info))
+
+
+def _words(task) -> frozenset[str]:
+    import re
+
+    instr = task.user_scenario.instructions
+    text = " ".join(str(getattr(instr, f, "") or "") for f in ("reason_for_call", "known_info")) \
+        if hasattr(instr, "reason_for_call") else str(instr)
+    return frozenset(re.findall(r"[a-z0-9_]+", text.lower()))
+
+
+class Seen:
+    """The tasks a run has accepted so far, by solution, for the `duplicate` check. Thread-safe:
+    `claim` checks and records in one step, so two units running side by side cannot both accept
+    the same task."""
+
+    def __init__(self, tasks=()):
+        import threading
+
+        self._lock = threading.Lock()
+        self._by_solution: dict[tuple, list[tuple[str, frozenset]]] = {}
+        for t in tasks:
+            self._by_solution.setdefault(_solution_key(t), []).append((t.id, _words(t)))
+
+    def duplicate_of(self, task) -> Optional[str]:
+        """The id of an accepted task with the same solution and nearly the same text, or None."""
+        words = _words(task)
+        for tid, other in self._by_solution.get(_solution_key(task), []):
+            union = words | other
+            if not union or len(words & other) / len(union) >= NEAR_DUPLICATE:
+                return tid
+        return None
+
+    def claim(self, task) -> Optional[Rejection]:
+        """A DUPLICATE rejection, or None after recording the task as accepted."""
+        with self._lock:
+            dup = self.duplicate_of(task)
+            if dup is not None:
+                return Rejection(Check.DUPLICATE, f"same gold actions and nearly the same text as {dup}")
+            self._by_solution.setdefault(_solution_key(task), []).append((task.id, _words(task)))
+            return None
+
+    def forget(self, task) -> None:
+        """Undo a claim (the task failed a later check)."""
+        with self._lock:
+            rows = self._by_solution.get(_solution_key(task), [])
+            rows[:] = [r for r in rows if r[0] != task.id]
 
 
 def make_checker(domain: Domain, task, sandbox=None) -> tuple[CheckedTask, list[Rejection]]:

@@ -395,6 +395,13 @@ def engine_section(data: dict, out: Path, figures: list) -> Optional[Section]:
         if rej:
             en.text("rejection reasons per round:")
             en.table(df[["round", *rej]])
+        mix = [c for c in ("kinds", "write_share", "write_coverage", "pattern_entropy", "kind_entropy", "tools")
+               if c in df.columns]
+        if mix:
+            en.text("the accepted tasks per round, by kind (lookup, one_write, lookup_write: a read then the write "
+                    "that uses it, two_writes) and by tool; write_coverage: the domain's write tools some task "
+                    "calls; entropies (bits) over gold tool patterns and kinds:")
+            en.table(df[["round", *mix]].fillna(""))
     figures.append(fig_engine(data["engine"], out / "engine.png"))
     en.figure(figures[-1])
     return en
