@@ -1,0 +1,3 @@
+"""retail write calls (to come)."""
+
+GENERATORS: dict = {}

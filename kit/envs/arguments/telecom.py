@@ -1,0 +1,3 @@
+"""telecom write calls (to come)."""
+
+GENERATORS: dict = {}
