@@ -22,7 +22,7 @@ from tau2.data_model.tasks import Action, EvaluationCriteria, Task, UserScenario
 
 COVERAGE = {  # domain -> (write tools with a generator, write tools of the domain)
     "airline": (6, 6),
-    "retail": (0, 7),
+    "retail": (7, 7),
     "telecom": (0, 6),
 }
 AVAILABILITY = {"book_reservation", "update_reservation_flights", "modify_pending_order_items",
@@ -110,6 +110,9 @@ FIXED = [  # (domain, tool, the argument or fact to fix, taken from a first draw
     ("airline", "update_reservation_baggages", "reservation_id"),
     ("airline", "book_reservation", "user_id"),
     ("airline", "update_reservation_flights", "payment_id"),
+    ("retail", "cancel_pending_order", "email"),
+    ("retail", "modify_pending_order_items", "order_id"),
+    ("retail", "modify_user_address", "user_id"),
 ]
 
 
@@ -131,3 +134,12 @@ def test_none_for_unknown_domain_or_tool(domains):
     assert write_candidates("airline", db, "get_user_details", random.Random(0)) is None
     assert write_candidates("airline", db, "no_such_tool", random.Random(0)) is None
     assert write_candidates("no_such_domain", db, "cancel_reservation", random.Random(0)) is None
+
+
+def test_fixed_user_narrows_retail_orders(domains):
+    """A retail customer states an email, not a user id: a fixed user id still narrows the orders."""
+    db = domains["retail"].fork(None).agent_db
+    user = next(u for u in db.users.values() if any(db.orders[o].status == "pending" for o in u.orders))
+    cands = write_candidates("retail", db, "cancel_pending_order", random.Random(0), fixed={"user_id": user.user_id})
+    assert cands and all(db.orders[c.arguments["order_id"]].user_id == user.user_id for c in cands)
+    assert all(c.knows["email"] == user.email for c in cands)
