@@ -23,7 +23,7 @@ from tau2.data_model.tasks import Action, EvaluationCriteria, Task, UserScenario
 COVERAGE = {  # domain -> (write tools with a generator, write tools of the domain)
     "airline": (6, 6),
     "retail": (7, 7),
-    "telecom": (0, 6),
+    "telecom": (6, 6),
 }
 AVAILABILITY = {"book_reservation", "update_reservation_flights", "modify_pending_order_items",
                 "exchange_delivered_order_items"}
@@ -113,6 +113,8 @@ FIXED = [  # (domain, tool, the argument or fact to fix, taken from a first draw
     ("retail", "cancel_pending_order", "email"),
     ("retail", "modify_pending_order_items", "order_id"),
     ("retail", "modify_user_address", "user_id"),
+    ("telecom", "disable_roaming", "line_id"),
+    ("telecom", "suspend_line", "customer_id"),
 ]
 
 
