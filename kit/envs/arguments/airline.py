@@ -226,7 +226,9 @@ def book_reservation(db, rng: random.Random, limit: int, fixed: Optional[dict]) 
                   *(_person(p) for p in user.saved_passengers)][:3]
         n = rng_.randint(1, len(people))
         out_flight = rng_.choice(flights)
-        for date, day in sorted(out_flight.dates.items()):
+        days = sorted(out_flight.dates.items())
+        rng_.shuffle(days)  # any date still open, not always the first
+        for date, day in days:
             cabin = rng_.choice(CABINS)
             if not _seats(day, cabin, n):
                 continue
