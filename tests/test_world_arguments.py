@@ -1,0 +1,147 @@
+"""Write candidates drawn from the τ² databases (kit/envs/arguments): on the real domains, each
+candidate of each generator fits its tool's schema, runs on a fresh fork without error, changes
+the database, and, as the only gold action of a task, breaks none of the domain's policy rules.
+
+Coverage (COVERAGE below, checked against the registry): airline 6/6 write tools, retail 7/7,
+telecom 6/6. Tools whose success depends on seats or stock (AVAILABILITY) must run and change
+state for at least 90% of their candidates, the others for all of them (today all reach 100%).
+"Changes the database" is read from the fork's record diff against the pristine state (what
+`state_hash` decides, at O(changed records): tau2's full hash costs a second per call on airline);
+one candidate per domain is also checked with `state_hash` itself.
+"""
+
+import random
+
+import pytest
+
+from kit.envs import load_domain
+from kit.envs.arguments import GENERATORS, WriteCandidate, write_candidates
+from kit.envs.rules import BUILTIN_RULES
+
+from tau2.data_model.tasks import Action, EvaluationCriteria, Task, UserScenario
+
+COVERAGE = {  # domain -> (write tools with a generator, write tools of the domain)
+    "airline": (6, 6),
+    "retail": (7, 7),
+    "telecom": (6, 6),
+}
+AVAILABILITY = {"book_reservation", "update_reservation_flights", "modify_pending_order_items",
+                "exchange_delivered_order_items"}
+SEEDS = (0, 1, 2)
+LIMIT = 5
+
+
+@pytest.fixture(scope="module")
+def domains():
+    return {name: load_domain(name) for name in COVERAGE}
+
+
+def _writes(dom) -> list[str]:
+    return sorted(t for t in dom.tool_names("assistant") if dom.tool_kind(t) == "write")
+
+
+def _task(tool: str, arguments: dict) -> Task:
+    """A task whose only gold action is the write (as tests/test_rules.py builds them)."""
+    crit = EvaluationCriteria(actions=[Action(action_id="a0", name=tool, arguments=arguments, requestor="assistant")])
+    return Task(id="drawn", user_scenario=UserScenario(instructions="drawn"), evaluation_criteria=crit)
+
+
+def _schema(dom, tool: str) -> dict:
+    return next(s["function"]["parameters"] for s in dom.tool_schemas("assistant") if s["function"]["name"] == tool)
+
+
+def test_coverage_is_what_the_registry_holds(domains):
+    for name, (covered, total) in COVERAGE.items():
+        writes = _writes(domains[name])
+        assert len(writes) == total, writes
+        assert sorted(GENERATORS[name]) == sorted(t for t in writes if t in GENERATORS[name])
+        assert len(GENERATORS[name]) == covered
+
+
+@pytest.mark.parametrize("domain,tool", [(d, t) for d in COVERAGE for t in sorted(GENERATORS[d])])
+def test_candidates_run_change_state_and_keep_policy(domains, domain, tool):
+    dom = domains[domain]
+    db = dom.fork(None).agent_db
+    schema = _schema(dom, tool)
+    ran, drawn = 0, 0
+    for seed in SEEDS:
+        cands = write_candidates(domain, db, tool, random.Random(seed), limit=LIMIT)
+        assert cands, f"{domain}.{tool}: no candidate for seed {seed}"
+        assert len(cands) <= LIMIT
+        for c in cands:
+            assert isinstance(c, WriteCandidate) and c.summary and "\n" not in c.summary
+            assert set(c.arguments) <= set(schema["properties"]), c.arguments
+            assert set(schema.get("required", [])) <= set(c.arguments), c.arguments
+            assert c.knows and all(v not in (None, "") for v in c.knows.values()), c.knows
+            env = dom.fork(None)
+            obs = env.execute(tool, dict(c.arguments), "assistant")
+            drawn += 1
+            ran += (not obs.error) and bool(env.diff())
+            task = _task(tool, c.arguments)
+            broken = [why for rule in BUILTIN_RULES[domain] if (why := rule(dom, task))]
+            assert not broken, (c.summary, broken)
+    need = 0.9 if tool in AVAILABILITY else 1.0
+    assert ran >= need * drawn, f"{domain}.{tool}: {ran}/{drawn} ran and changed state"
+
+
+def test_state_hash_changes(domains):
+    for name, dom in domains.items():
+        if not GENERATORS[name]:
+            continue
+        tool = sorted(GENERATORS[name])[0]
+        cand = write_candidates(name, dom.fork(None).agent_db, tool, random.Random(7), limit=1)[0]
+        env = dom.fork(None)
+        before = env.state_hash()
+        assert not env.execute(tool, dict(cand.arguments), "assistant").error
+        assert env.state_hash() != before, cand.summary
+
+
+@pytest.mark.parametrize("domain", list(COVERAGE))
+def test_deterministic_given_the_seed(domains, domain):
+    db = domains[domain].fork(None).agent_db
+    for tool in GENERATORS[domain]:
+        a = write_candidates(domain, db, tool, random.Random(3), limit=4)
+        b = write_candidates(domain, db, tool, random.Random(3), limit=4)
+        assert a == b, tool
+
+
+FIXED = [  # (domain, tool, the argument or fact to fix, taken from a first draw)
+    ("airline", "cancel_reservation", "user_id"),
+    ("airline", "update_reservation_baggages", "reservation_id"),
+    ("airline", "book_reservation", "user_id"),
+    ("airline", "update_reservation_flights", "payment_id"),
+    ("retail", "cancel_pending_order", "email"),
+    ("retail", "modify_pending_order_items", "order_id"),
+    ("retail", "modify_user_address", "user_id"),
+    ("telecom", "disable_roaming", "line_id"),
+    ("telecom", "suspend_line", "customer_id"),
+]
+
+
+@pytest.mark.parametrize("domain,tool,key", FIXED)
+def test_fixed_is_respected(domains, domain, tool, key):
+    db = domains[domain].fork(None).agent_db
+    first = write_candidates(domain, db, tool, random.Random(0), limit=3)
+    for c in first:
+        value = c.arguments.get(key, c.knows.get(key))
+        again = write_candidates(domain, db, tool, random.Random(1), limit=6, fixed={key: value})
+        assert again, (tool, key, value)
+        assert all(d.arguments.get(key, d.knows.get(key)) == value for d in again), (key, value)
+    wrong = write_candidates(domain, db, tool, random.Random(1), limit=6, fixed={key: "no-such-value"})
+    assert wrong == []
+
+
+def test_none_for_unknown_domain_or_tool(domains):
+    db = domains["airline"].fork(None).agent_db
+    assert write_candidates("airline", db, "get_user_details", random.Random(0)) is None
+    assert write_candidates("airline", db, "no_such_tool", random.Random(0)) is None
+    assert write_candidates("no_such_domain", db, "cancel_reservation", random.Random(0)) is None
+
+
+def test_fixed_user_narrows_retail_orders(domains):
+    """A retail customer states an email, not a user id: a fixed user id still narrows the orders."""
+    db = domains["retail"].fork(None).agent_db
+    user = next(u for u in db.users.values() if any(db.orders[o].status == "pending" for o in u.orders))
+    cands = write_candidates("retail", db, "cancel_pending_order", random.Random(0), fixed={"user_id": user.user_id})
+    assert cands and all(db.orders[c.arguments["order_id"]].user_id == user.user_id for c in cands)
+    assert all(c.knows["email"] == user.email for c in cands)
