@@ -270,6 +270,8 @@ def test_a_task_with_the_same_solution_and_nearly_the_same_text_is_a_duplicate()
     again = t("b", "Please add a task called Pay rent to my list!")
     why = seen.claim(again)
     assert why is not None and why.check is Check.DUPLICATE and "as a" in why.detail
+    framed = t("f", "You are calling because you need to add a task called Pay rent.")  # a frame around the same ask
+    assert seen.duplicate_of(framed) == "a"
     other_words = t("c", "I keep forgetting the rent; can you put it on my to-do list as Pay rent?")
     assert seen.claim(other_words) is None          # same gold, other text: kept (a paraphrase)
     assert seen.claim(t("d", "Please add a task called Pay rent to my list.", title="Pay gas")) is None

@@ -10,7 +10,9 @@ offers, see kit/engine/choice.py):
                the read tools and argument values seen so far (the pool starts from a sample
                of record keys, as a support agent starts from a customer's id). Every value in
                every result goes into the pool with the call that revealed it.
-  2. actions   for each tool of the plan's pattern the model picks argument values: seen
+  2. actions   where the domain draws a write's arguments from its world (kit/envs/arguments: airline,
+               retail, telecom), the model picks one of those whole calls; otherwise,
+               for each tool of the plan's pattern the model picks argument values: seen
                values of a field with the argument's name, the schema's enum, or — for free
                text such as a title — a short value it writes itself; a written value that is
                the prompt's own words (lead-ins like 'The value of "title" is', the persona,
@@ -445,11 +447,16 @@ class Synthesizer:
         """Arguments for one write (the model's choices, `fixed` ones given), run after the `writes` kept so
         far; a write that errors or changes nothing is chosen again without the values that failed."""
         banned: dict[str, set] = {}
+        tried: set[str] = set()  # world candidates that failed (by their arguments)
         for tries in range(self.max_repairs + 1):
-            args, src = self._choose_args(plan, tool, pool, rng, banned, plan.slice.persona, fixed=fixed)
             env = self.domain.fork(self.start)  # replay the writes kept so far, then try this one
             for w in writes:
                 env.execute(w.name, dict(w.arguments), "assistant")
+            world = self._world_args(plan, tool, env, rng, fixed, tried)
+            if world is not None:
+                args, src = world, {p: None for p in world}
+            else:
+                args, src = self._choose_args(plan, tool, pool, rng, banned, plan.slice.persona, fixed=fixed)
             before = env.state_hash()
             obs = env.execute(tool, dict(args), "assistant")
             problem = (f"error: {obs.content[:120]}" if obs.error
@@ -457,10 +464,31 @@ class Synthesizer:
             if problem is None:
                 return args, src, obs
             prop.repairs.append(f"{tool}({args}) -> {problem}; chosen again")
+            tried.add(json.dumps(args, sort_keys=True, default=str))
             for p, v in args.items():
                 if p not in (fixed or {}):
                     banned.setdefault(p, set()).add(json.dumps(v))
         raise _NoTask(SynthesisFailure.WRITE_FAILED, f"{tool} failed after {self.max_repairs} repairs ({problem})")
+
+    def _world_args(self, plan, tool: str, env, rng: random.Random, fixed: Optional[dict],
+                    tried: set[str]) -> Optional[dict]:
+        """Arguments of a write drawn whole from the world (kit/envs/arguments: a reservation and the
+        payment method its owner holds, an order's item and an available variant, ...), the model choosing
+        among the candidates; None where the domain has no generator for the tool (the per-argument
+        choice above). A domain with a generator but no candidate left ends the proposal."""
+        from kit.envs.arguments import write_candidates
+
+        cands = write_candidates(self.domain.name, env.agent_db, tool, rng, limit=MAX_OPTIONS, fixed=fixed)
+        if cands is None:
+            return None
+        cands = [c for c in cands if json.dumps(c.arguments, sort_keys=True, default=str) not in tried]
+        if not cands:
+            raise _NoTask(SynthesisFailure.NO_ARGUMENTS, f"no {tool} call the world allows"
+                          + (" beyond the ones that failed" if tried else ""))
+        fn = _schema(self.domain, tool)
+        msgs = self.prompts.render("synth_call", domain=self.domain.name, synthesis=plan.synthesis, hints=plan.hints,
+                                   tool=tool, tool_description=fn.get("description", "")[:300])
+        return dict(cands[self.chooser.choose(msgs, [c.summary for c in cands], what=f"{tool} call")].arguments)
 
     def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict]:
         writes: list[Call] = []

@@ -66,6 +66,16 @@ def _scenario_text(task) -> str:
     return str(task.user_scenario).lower()
 
 
+def _leaves(value) -> list:
+    """The scalar values inside an argument (a passenger list: each name and date), each of which the
+    scenario must state; a scalar is its own leaf."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
 def executable_checks(domain: Domain, task) -> list[Rejection]:
     reasons: list[Rejection] = []
     crit = task.evaluation_criteria
@@ -74,7 +84,7 @@ def executable_checks(domain: Domain, task) -> list[Rejection]:
     said = _scenario_text(task)
     for a in crit.actions or []:
         for k, v in a.arguments.items():
-            if str(v).lower() not in said:
+            if not all(str(leaf).lower() in said for leaf in _leaves(v)):
                 reasons.append(Rejection(Check.GROUNDED_ARGS, f"{a.name}.{k}={v!r} is neither in the scenario "
                                          "nor returned by an earlier gold call"))
         obs = env.execute(a.name, dict(a.arguments), a.requestor)
@@ -120,6 +130,15 @@ def _words(task) -> frozenset[str]:
     return frozenset(re.findall(r"[a-z0-9_]+", text.lower()))
 
 
+# the frames a request comes in (kit/rollout/phrasing.py and model prose), not what it asks for
+_FRAME_WORDS = frozenset("""you your yours would like need want wants calling because writing please have that this
+with from about today help could just also some know like call contact agent customer""".split())
+
+
+def _content(words: frozenset[str]) -> frozenset[str]:
+    return frozenset(w for w in words if len(w) > 3 and w not in _FRAME_WORDS)
+
+
 class Seen:
     """The tasks a run has accepted so far, by solution, for the `duplicate` check. Thread-safe:
     `claim` checks and records in one step, so two units running side by side cannot both accept
@@ -134,11 +153,16 @@ class Seen:
             self._by_solution.setdefault(_solution_key(t), []).append((t.id, _words(t)))
 
     def duplicate_of(self, task) -> Optional[str]:
-        """The id of an accepted task with the same solution and nearly the same text, or None."""
+        """The id of an accepted task with the same solution and nearly the same text (Jaccard of the
+        words >= NEAR_DUPLICATE, or one's content words all in the other's: "You would like to list the
+        all airports." and "You are calling because you need to list the all airports."), or None."""
         words = _words(task)
+        content = _content(words)
         for tid, other in self._by_solution.get(_solution_key(task), []):
             union = words | other
             if not union or len(words & other) / len(union) >= NEAR_DUPLICATE:
+                return tid
+            if content and _content(other) and (content <= _content(other) or _content(other) <= content):
                 return tid
         return None
 
