@@ -21,6 +21,10 @@ For each planned stage, in order:
      (not streamed: the console gets the one-line messages, and the log's tail on a failure);
      stage.json, outputs and resume are the same as for a notebook.
 
+Servers: the OpenAI-compatible servers a recipe declares (`servers:`) are started before the first stage
+that executes and uses them (a server of a stage's model as soon as that stage completes) and stopped after
+the last one, and on any exit (kit/runner/servers.py; logs in runs/<run-id>/servers/).
+
 How it is kept: `Runner.run` walks the plan and `Runner._stage` takes one stage top to bottom; the
 stage's line of the manifest is a typed kit.runner.manifest.StageEntry held in a `RunBook` (written as
 manifest.json's plain mapping after every change), and the stage's code runs through an `Executor`:
