@@ -14,11 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
+from _serving import free_port
 
 from kit.runner import RecipeError, load_recipe
-from kit.runner.servers import ServerFailed, Servers, ServerSpec, plan_servers, served_models
-
-from _serving import free_port
+from kit.runner.servers import (
+    ServerFailed,
+    Servers,
+    ServerSpec,
+    plan_servers,
+    served_models,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
