@@ -357,7 +357,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 how = (f"  [accelerate launch: {la['num_processes']} process{'es' if la['num_processes'] > 1 else ''}"
                        f"{', cpu' if la['cpu'] else ''}{', config ' + la['config_file'] if la['config_file'] else ''}"
                        f"{', ' + ' '.join(la['extra_args']) if la['extra_args'] else ''}]")
-            print(f"{ps.key:<28} {ps.stage:<11} {refs}{how}")
+            used = ", ".join(f"{k}<-server:{v}" for k, v in ps.servers.items())
+            print(f"{ps.key:<28} {ps.stage:<11} {', '.join(x for x in (refs, used) if x)}{how}")
+        if recipe.servers:  # kit/runner/servers.py: started and stopped by kit run
+            print("servers (started and stopped by `kit run`; logs in runs/<run id>/servers/):")
+            for sp in recipe.servers:
+                print("\n".join(sp.describe()))
         if recipe.memory:
             from kit.runner.memory import table
 

@@ -21,6 +21,10 @@ For each planned stage, in order:
      (not streamed: the console gets the one-line messages, and the log's tail on a failure);
      stage.json, outputs and resume are the same as for a notebook.
 
+Servers: the OpenAI-compatible servers a recipe declares (`servers:`) are started before the first stage
+that executes and uses them (a server of a stage's model as soon as that stage completes) and stopped after
+the last one, and on any exit (kit/runner/servers.py; logs in runs/<run-id>/servers/).
+
 How it is kept: `Runner.run` walks the plan and `Runner._stage` takes one stage top to bottom; the
 stage's line of the manifest is a typed kit.runner.manifest.StageEntry held in a `RunBook` (written as
 manifest.json's plain mapping after every change), and the stage's code runs through an `Executor`:
@@ -38,11 +42,14 @@ a WANDB_MODE set by the user is respected.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -52,6 +59,7 @@ from typing import Any, Callable, Optional, Protocol
 from kit.runner import manifest as mf
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
+from kit.runner.servers import ServerFailed, Servers
 from kit.sources import parse_source
 from kit.stages import contract, summarizes_run
 from kit.stages.contract import Produces
@@ -216,6 +224,7 @@ class Runner:
         if both:
             raise ValueError(f"stage(s) {sorted(both)} both forced and kept: choose one")
         self.manifest_path = self.run_dir / "manifest.json"
+        self._servers: Optional[Servers] = None
 
     # -- helpers ------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -240,6 +249,8 @@ class Runner:
         body = {"key": ps.key, "stage": ps.stage,
                 "params": {k: (_ref_token(ps, k, run_of(ps.refs[k])) if k in ps.refs else v) for k, v in params.items()
                            if k not in RUN_TIME_ONLY and k not in contract(ps.stage).resumable}}
+        if ps.servers:
+            body["servers"] = self._server_tokens(ps, ran.fps)
         return "resume-" + _sha(json.dumps(body, sort_keys=True, default=str))[:16]
 
     def _fingerprint(self, ps: PlannedStage, params: dict, fps: dict[str, str]) -> str:
@@ -254,6 +265,8 @@ class Runner:
                 "params": {k: (_ref_token(ps, k, fps[ps.refs[k]]) if k in ps.refs else v) for k, v in params.items()}}
         if summarizes_run(ps.stage):
             body["upstream"] = sorted(fps.values())
+        if ps.servers:  # the models behind the servers it samples (a retrained @sft_user reruns its users)
+            body["servers"] = self._server_tokens(ps, fps)
         if ps.launch:  # how it is launched (processes, accelerate config file's content) reruns it too
             cf = ps.launch.get("config_file")
             body["launch"] = {**ps.launch, "config_file": _sha(Path(cf).read_text(encoding="utf-8"))
@@ -286,6 +299,31 @@ class Runner:
     def _executor(self, ps: PlannedStage) -> "Executor":
         return LaunchExecutor(self.say) if ps.launch else NotebookExecutor(self.say, self.stream, self.progress)
 
+    def _server_keeper(self, book: "RunBook", ran: "_Upstream") -> Optional[Servers]:
+        """The run's servers (kit/runner/servers.py), their state kept in manifest.json's `servers`."""
+        if not any(sp.users for sp in self.recipe.servers):
+            return None
+        book.fields["servers"] = {}
+
+        def folder(key: str, output: Optional[str]) -> Path:
+            return ran.dirs[key] / (output or contract(ran.kinds[key]).models[0])
+
+        def record(sid: str, fields: dict) -> None:
+            book.fields["servers"].setdefault(sid, {}).update(fields)
+            book.save()
+
+        return Servers(self.recipe.servers, self.run_dir, self.say, folder, record)
+
+    def _server_tokens(self, ps: PlannedStage, fps: dict[str, str]) -> dict:
+        """For a fingerprint: what each server the stage uses serves (a stage's model: that stage's run)."""
+        by_id = {sp.id: sp for sp in self.recipe.servers}
+        out = {}
+        for name, sid in sorted(ps.servers.items()):
+            sp = by_id[sid]
+            src = sp.spec.source
+            out[name] = ("@", fps.get(sp.source, sp.source), src.output) if src is not None else sp.spec.model
+        return out
+
     def _entry(self, ps: PlannedStage, fp: str, params: dict) -> mf.StageEntry:
         return mf.StageEntry(key=ps.key, stage=ps.stage, id=ps.id, arm=ps.arm, fingerprint=fp,
                              notebook=str(notebook_path(ps.stage, self.notebooks_dir)), params=params,
@@ -306,9 +344,13 @@ class Runner:
         plan = self.recipe.plan
         self.say(f"[kit run] {self.recipe.name} -> {self.run_dir}  ({len(plan)} stages; W&B "
                  f"{os.environ['WANDB_MODE']}, group {self.run_id})")
-        for n, ps in enumerate(plan, 1):
-            outcome = self._stage(ps, f"{n}/{len(plan)}", book, ran, res)
-            getattr(res, outcome).append(ps.key)
+        self._servers = self._server_keeper(book, ran)
+        with _servers_stopped_on_exit(self._servers):
+            for n, ps in enumerate(plan, 1):
+                outcome = self._stage(ps, f"{n}/{len(plan)}", book, ran, res)
+                getattr(res, outcome).append(ps.key)
+                if self._servers is not None:
+                    self._servers.after(ps.key, executed=outcome == "executed")
         book.fields["status"] = "complete"
         book.fields.pop("failed_stage", None)
         book.fields["history"][-1]["finished"] = mf.now()
@@ -359,6 +401,12 @@ class Runner:
             book.save()
             self.say(f"[kit run] {where} {ps.key}: complete (fingerprint {fp}), skipped")
             return "skipped"
+        if ps.servers and self._servers is not None:
+            try:
+                self._servers.ready(ps)
+            except ServerFailed as e:
+                book.fail(book.add(entry.set(status="failed", finished=mf.now(), error=str(e)[:2000])))
+                raise
         old = mf.read_json(sdir / "stage.json")
         if old and old.get("status") == "complete":  # parameters, notebook or upstream changed
             entry.replaced = str(_set_aside(sdir, str(old.get("fingerprint") or "unknown")))
@@ -398,6 +446,27 @@ class Runner:
         book.save()
         self.say(f"[kit run] {where} {ps.key}: complete in {wall:.0f}s")
         return "executed"
+
+
+@contextlib.contextmanager
+def _servers_stopped_on_exit(servers: Optional[Servers]):
+    """Every server the run started is stopped however the run ends: completion, a failing stage,
+    Ctrl-C, or SIGTERM (turned into KeyboardInterrupt while the run holds servers)."""
+    if servers is None:
+        yield
+        return
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum, frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        servers.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 # what every stage process inherits unless the user set it

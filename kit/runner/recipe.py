@@ -22,6 +22,9 @@ identical across arms run once and are shared. The report stage then compares th
       - {name: no_validation, set: {synthesize.validation: false}, paper: 50.0}
     comparison: {metric: "pass^1", paper_metric: "airline pass^1, Qwen3-30B-A3B SFT", ...}
 
+A GPU recipe declares the OpenAI-compatible servers it samples through under `servers:` and its stages
+name them as 'server:<id>' where they take a model; `kit run` starts and stops them (kit/runner/servers.py).
+
 Strings may use ${VAR} or ${VAR:-default} (environment variables), e.g. a GPU recipe's model
 folder. `load_recipe` raises one RecipeError listing every problem it finds, each on its own
 line naming the file, line and field, before anything runs.
@@ -42,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kit.errors import BadInput
 from kit.llm.spec import ModelSpec
 from kit.runner.memory import Hardware
+from kit.runner.servers import URL_PARAMS, ServerPlan, ServerSpec, plan_problems, plan_servers, resolve, server_id
 from kit.runner.stages import RUNNER_FIELDS, STAGES, all_param_names
 from kit.sources import StageRef, parse_source
 from kit.stages import contract, contracts, summarizes_run
@@ -181,6 +185,9 @@ class RecipeSpec(BaseModel):
                                      "gpu_memory_gib, zero_stage, rollout, ...} (kit.runner.memory.Hardware): "
                                      "`kit run --validate` estimates each training stage's memory against it.")
     budget_minutes: Optional[float] = Field(default=None, description="Expected wall time (documentation).")
+    servers: list[ServerSpec] = Field(default_factory=list, description="OpenAI-compatible servers `kit run` "
+                                      "starts and stops (kit/runner/servers.py); a stage names one as "
+                                      "'server:<id>' where it takes a model.")
     check_budgets: bool = Field(default=True, description="Refuse episode budgets that cannot fit a dialogue that "
                                 "scores (kit.rollout.loop.step_budget_warning). false only for plumbing tests "
                                 "whose rewards mean nothing.")
@@ -201,6 +208,7 @@ class PlannedStage:
     key: str = ""                   # unique within the run: "<arm>/<id>" or "<id>"
     refs: dict[str, str] = field(default_factory=dict)  # param -> key of the referenced stage
     launch: Optional[dict] = None   # LaunchSpec as a dict, config_file absolute: run under accelerate launch
+    servers: dict[str, str] = field(default_factory=dict)  # param -> id of the server it names ('server:<id>')
 
     def __post_init__(self) -> None:
         self.key = f"{self.arm}/{self.id}" if self.arm else self.id
@@ -215,6 +223,7 @@ class Recipe:
     plan: list[PlannedStage]
     overrides: dict[str, Any] = field(default_factory=dict)
     memory: list = field(default_factory=list)  # kit.runner.memory.Estimate per training stage (GPU recipes)
+    servers: list[ServerPlan] = field(default_factory=list)  # when each declared server starts and stops
 
     @property
     def name(self) -> str:
@@ -339,7 +348,14 @@ def _apply_overrides(raw: dict, overrides: dict[str, Any], path: Path) -> None:
             ids.setdefault(s.get("id") or s.get("stage"), s)
     for key, value in overrides.items():
         head, _, rest = key.partition(".")
-        if head in RecipeSpec.model_fields and head not in ("stages", "arms"):
+        if head == "servers" and rest:  # servers.<id>.<field>
+            sid, _, field_ = rest.partition(".")
+            match = [s for s in raw.get("servers") or [] if isinstance(s, dict) and s.get("id") == sid]
+            if not match or not field_:
+                raise RecipeError(str(path), f"--set {key}", "must be 'servers.<server id>.<field>' with a server "
+                                  f"of this recipe ({', '.join(str(s.get('id')) for s in raw.get('servers') or [] if isinstance(s, dict))})")
+            match[0][field_] = value
+        elif head in RecipeSpec.model_fields and head not in ("stages", "arms", "servers"):
             if rest:
                 if not isinstance(raw.get(head), dict):
                     raw[head] = {}
@@ -458,6 +474,7 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
             ps = PlannedStage(stage=s.stage, id=sid, arm=arm.name if arm else None, params=validated, index=i,
                               launch=copy.deepcopy(launches.get(i)))
             _wire(ps, chain, spec, origin, errors)
+            _use_servers(ps, spec, origin, errors)
             chain.append(ps)
         plan += chain
     if spec.arms and report_ix:
@@ -468,11 +485,65 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
         if validated is not None:
             plan.append(PlannedStage(stage=s.stage, id=ids[i], arm=None, params=validated, index=i))
 
+    servers = _check_servers(spec, plan, errors, check_paths)
     if check_paths:
         _check_semantics(plan, spec, errors, invalid, check_gpu)
     memory = _check_memory(plan, spec, errors)
     errors.raise_all()
-    return Recipe(path=path, text=text, spec=spec, raw=raw_orig, plan=plan, overrides=overrides, memory=memory)
+    return Recipe(path=path, text=text, spec=spec, raw=raw_orig, plan=plan, overrides=overrides, memory=memory,
+                  servers=servers)
+
+
+def _use_servers(ps: PlannedStage, spec: RecipeSpec, origin: dict, errors: _Errors) -> None:
+    """'server:<id>' in a parameter that takes a model (or GRPO's rollout_server URL): the server's URL,
+    the server recorded in `ps.servers`."""
+    known = {s.id: s for s in spec.servers}
+    for name, value in list(ps.params.items()):
+        sid = server_id(value)
+        if sid is None:
+            continue
+        where = origin.get(name, ("stages", ps.index, "params", name))
+        ref = contract(ps.stage).references.get(name)
+        if name not in URL_PARAMS and (ref is None or ref.kind != Produces.MODEL):
+            errors.add(where, f"'{value}': '{name}' takes no server (a server stands for a model parameter or "
+                       f"GRPO's rollout_server)")
+        elif sid not in known:
+            errors.add(where, f"'{value}' names no server of this recipe (servers: "
+                       f"{', '.join(known) or 'none; declare them under `servers:`'})")
+        else:
+            ps.servers[name] = sid
+            ps.params[name] = resolve(name, known[sid])
+
+
+def _check_servers(spec: RecipeSpec, plan: list[PlannedStage], errors: _Errors, check_paths: bool) -> list[ServerPlan]:
+    """Distinct ids and ports; a model that is a folder here or a model stage of the plan; the plan."""
+    seen: dict[str, int] = {}
+    ports: dict[int, str] = {}  # every server runs on this machine: one port each
+    for i, s in enumerate(spec.servers):
+        if s.id in seen:
+            errors.add(("servers", i, "id"), f"server id '{s.id}' is used twice")
+        seen.setdefault(s.id, i)
+        if s.port in ports:
+            errors.add(("servers", i, "port"), f"port {s.port} is server '{ports[s.port]}'s already")
+        ports.setdefault(s.port, s.id)
+        src = s.source
+        if src is not None:
+            match = [ps for ps in plan if ps.id == src.id]
+            if match:
+                c = contract(match[0].stage)
+                if c.produces != Produces.MODEL:
+                    errors.add(("servers", i, "model"), f"'{s.model}' is a {match[0].stage} stage, which produces "
+                               f"{c.produces.value}, not a model to serve")
+                elif src.output is not None and src.output not in c.models:
+                    errors.add(("servers", i, "model"), f"'{s.model}': a {match[0].stage} stage writes no model "
+                               f"folder '{src.output}' (its model folders: {', '.join(c.models)})")
+        elif check_paths and s.model != "embedded" and not Path(s.model).expanduser().is_dir():
+            errors.add(("servers", i, "model"), f"model folder '{s.model}' does not exist (give an HF folder, "
+                       "'embedded' or '@<stage id>')")
+    plans = plan_servers(spec.servers, plan)
+    for i, field_, message in plan_problems(plans, plan):
+        errors.add(("servers", i, field_), message)
+    return plans
 
 
 def _check_launch(spec: RecipeSpec, errors: _Errors, check_paths: bool = True,
@@ -682,7 +753,7 @@ def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors
         seen_domains.add(domain if isinstance(domain, str) else "")
         for name, ref in contract(ps.stage).references.items():
             v = p.get(name)
-            if not isinstance(v, str) or _is_ref(v) or ref.kind != Produces.MODEL:
+            if not isinstance(v, str) or _is_ref(v) or server_id(v) is not None or ref.kind != Produces.MODEL:
                 continue
             try:
                 ms = ModelSpec.parse(v, folder_kind="hf")

@@ -1,0 +1,269 @@
+"""A recipe's servers (kit/runner/servers.py): validation of `servers:` and of 'server:<id>' in stage
+parameters (file, line and field), the plan of when each server starts and stops (a pure function), and
+`kit run` starting a real `transformers serve` of the embedded model for an evaluation, reusing one that
+already answers, and leaving no server process behind. No fake server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _serving import free_port
+
+from kit.runner import RecipeError, load_recipe
+from kit.runner.servers import (
+    ServerFailed,
+    Servers,
+    ServerSpec,
+    plan_servers,
+    served_models,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path: Path, text: str, name: str = "r.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+HEAD = "name: x\ndomain: mock\nservers:\n"
+USER = "  - {id: usr, engine: transformers, model: embedded, port: 18990}\n"
+
+
+# ----- validation ----------------------------------------------------------------------------------
+
+BAD = {
+    "unknown engine": (HEAD + "  - {id: usr, engine: sglang, model: embedded, port: 18990}\n"
+                       "stages:\n  - stage: evaluate\n    params: {user_model: 'server:usr'}\n",
+                       ":4: servers[0].engine: Input should be 'vllm' or 'transformers'"),
+    "port in args": (HEAD + "  - {id: usr, engine: vllm, model: embedded, port: 18990, args: [--port, '9']}\n"
+                     "stages:\n  - stage: evaluate\n",
+                     ":4: servers[0].args: '--port' is set from the server's host / port fields"),
+    "missing port": (HEAD + "  - {id: usr, engine: vllm, model: embedded}\nstages:\n  - stage: evaluate\n",
+                     ":4: servers[0].port: required field missing"),
+    "unknown server": (HEAD + USER + "stages:\n  - stage: evaluate\n"
+                       "    params: {trials: 1, user_model: 'server:nope'}\n",
+                       ":7: stages[0].params.user_model: 'server:nope' names no server of this recipe (servers: usr)"),
+    "server where no model goes": (HEAD + USER + "stages:\n  - stage: evaluate\n"
+                                   "    params: {split: 'server:usr'}\n",
+                                   ":7: stages[0].params.split: 'server:usr': 'split' takes no server"),
+    "a stage's model served before it exists": (
+        HEAD + "  - {id: tuned, engine: vllm, model: '@sft_user', port: 18991}\nstages:\n"
+        "  - {stage: evaluate, params: {user_model: 'server:tuned'}}\n  - stage: sft_user\n",
+        ":4: servers[0].model: server 'tuned' serves '@sft_user', which runs after 'evaluate'"),
+    "a stage that makes no model": (
+        HEAD + "  - {id: tuned, engine: vllm, model: '@synthesize', port: 18991}\nstages:\n  - stage: synthesize\n"
+        "  - {stage: evaluate, params: {user_model: 'server:tuned'}}\n",
+        ":4: servers[0].model: '@synthesize' is a synthesize stage, which produces data, not a model to serve"),
+    "missing folder": (HEAD + "  - {id: usr, engine: vllm, model: /no/such/folder, port: 18990}\n"
+                       "stages:\n  - stage: evaluate\n",
+                       ":4: servers[0].model: model folder '/no/such/folder' does not exist"),
+    "one port twice": (HEAD + USER + "  - {id: other, engine: transformers, model: embedded, port: 18990}\n"
+                       "stages:\n  - stage: evaluate\n",
+                       ":5: servers[1].port: port 18990 is server 'usr's already"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_bad_server_or_server_reference_names_file_line_and_field(tmp_path, case):
+    text, expected = BAD[case]
+    p = write(tmp_path, text)
+    with pytest.raises(RecipeError) as e:
+        load_recipe(p)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(str(p)), msg
+    assert expected in msg, msg
+
+
+def test_server_references_become_urls_and_set_overrides_a_server(tmp_path):
+    p = write(tmp_path, HEAD + USER + "  - {id: pol, engine: vllm, model: '@sft_agent', port: 18992}\nstages:\n"
+              "  - stage: sft_agent\n  - {stage: evaluate, params: {model: 'server:usr', user_model: 'server:usr'}}\n"
+              "  - {stage: grpo, params: {rollout: server, rollout_server: 'server:pol', user_model: 'server:usr'}}\n")
+    r = load_recipe(p)
+    by = {ps.id: ps for ps in r.plan}
+    assert by["evaluate"].params["model"] == "openai:http://127.0.0.1:18990/v1"
+    assert by["evaluate"].servers == {"model": "usr", "user_model": "usr"}
+    assert by["grpo"].params["rollout_server"] == "http://127.0.0.1:18992/v1"  # GRPO takes the bare URL
+    assert by["grpo"].params["user_model"] == "openai:http://127.0.0.1:18990/v1"
+    r = load_recipe(p, {"servers.usr.port": 18999})
+    assert {ps.id: ps for ps in r.plan}["evaluate"].params["model"] == "openai:http://127.0.0.1:18999/v1"
+    with pytest.raises(RecipeError, match="servers.<server id>.<field>"):
+        load_recipe(p, {"servers.nope.port": 1})
+
+
+# ----- the plan (no process) -------------------------------------------------------------------------
+
+PLANNED = (HEAD + USER
+           + "  - {id: tuned, engine: vllm, model: '@sft_user', port: 18991, gpus: [2, 3]}\n"
+           + "  - {id: idle, engine: vllm, model: embedded, port: 18993}\n"
+           + "stages:\n  - stage: synthesize\n    params: {user_model: 'server:usr'}\n  - stage: sft_user\n"
+           + "  - stage: sft_agent\n"
+           + "  - {stage: evaluate, id: ev1, params: {user_model: 'server:usr'}}\n"
+           + "  - {stage: grpo, params: {user_model: 'server:tuned'}}\n"
+           + "  - {stage: evaluate, id: ev2, params: {user_model: 'server:usr'}}\n  - stage: report\n")
+
+
+def test_the_plan_starts_each_server_when_its_model_exists_and_stops_it_after_its_last_user(tmp_path):
+    r = load_recipe(write(tmp_path, PLANNED))
+    plans = {sp.id: sp for sp in r.servers}
+    usr, tuned, idle = plans["usr"], plans["tuned"], plans["idle"]
+    assert (usr.source, usr.users) == (None, ["synthesize", "ev1", "ev2"])
+    assert usr.start == "before synthesize" and usr.stop == "after ev2"
+    assert (tuned.source, tuned.users) == ("sft_user", ["grpo"])
+    assert tuned.start == "after sft_user completes (ready before grpo)" and tuned.stop == "after grpo"
+    assert idle.users == [] and idle.start.startswith("never")
+    # the same from the planned stages alone: a pure function of the plan
+    again = plan_servers([sp.spec for sp in r.servers], r.plan)
+    assert [(p.id, p.source, p.users) for p in again] == [(p.id, p.source, p.users) for p in r.servers]
+    lines = tuned.describe()
+    assert "vllm" in lines[0] and "http://127.0.0.1:18991/v1" in lines[0] and "gpus 2,3" in lines[0]
+    assert "starts after sft_user completes" in lines[1] and "used by grpo" in lines[1]
+
+
+def test_validate_prints_the_server_plan(tmp_path):
+    p = write(tmp_path, PLANNED)
+    out = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(p), "--validate"], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "servers (started and stopped by `kit run`" in out.stdout
+    assert "starts before synthesize; used by synthesize, ev1, ev2; stops after ev2" in out.stdout
+    assert "grpo        model<-sft_agent" in out.stdout and "user_model<-server:tuned" in out.stdout
+
+
+def test_the_gpu_recipes_declare_their_servers(tmp_path, monkeypatch):
+    for var in ("KIT_AGENT_MODEL", "KIT_USER_MODEL"):
+        d = tmp_path / var
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+        monkeypatch.setenv(var, str(d))
+    for d in ("airline", "retail", "telecom"):
+        r = load_recipe(ROOT / f"recipes/{d}-qwen3.yaml", check_gpu=False)
+        plans = {sp.id: sp for sp in r.servers}
+        assert {sp.spec.engine for sp in r.servers} == {"vllm"}
+        assert plans["sft_user_srv"].source == "sft_user" and plans["sft_user_srv"].users == ["grpo"]
+        assert plans["grpo_policy"].source == "sft_agent" and plans["grpo_policy"].users == ["grpo"]
+        assert plans["user"].users[-1] == "eval_rl" and plans["policy"].users[-1] == "eval_base"
+        grpo = next(ps for ps in r.plan if ps.id == "grpo")
+        assert grpo.servers == {"user_model": "sft_user_srv", "rollout_server": "grpo_policy"}
+        gpus = [g for sp in r.servers for g in sp.spec.gpus]
+        assert len(gpus) == len(set(gpus)) and not set(gpus) & set(range(8))  # training has GPUs 0-7
+
+
+# ----- real servers: `transformers serve` of the embedded model -----------------------------------
+
+
+def _embedded() -> str:
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from kit.llm.embedded import ensure_embedded_model
+
+    return str(ensure_embedded_model())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+E2E = """name: srv-e2e
+domain: mock
+check_budgets: false
+defaults: {{threads: 1}}
+servers:
+  - {{id: smol, engine: transformers, model: "{model}", port: {port}, args: [--device, cpu], start_timeout_s: 300}}
+stages:
+  - stage: evaluate
+    params: {{model: "server:smol", user_model: "server:smol", split: heldout, trials: 1, limit: 1,
+             max_messages: 2, max_new_tokens: 8, user_max_new_tokens: 8}}
+"""
+
+
+@pytest.mark.slow
+def test_kit_run_starts_the_server_an_evaluation_samples_and_leaves_no_process(tmp_path):
+    port = free_port()
+    p = write(tmp_path, E2E.format(model=_embedded(), port=port))
+    cmd = [sys.executable, "-m", "kit.cli", "run", str(p), "--runs-dir", str(tmp_path / "runs"),
+           "--reports-dir", str(tmp_path / "reports")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run = tmp_path / "runs" / "srv-e2e"
+    log = run / "servers" / "smol.log"
+    assert log.is_file() and "serve" in log.read_text() and "/v1/chat/completions" in log.read_text()
+    info = json.loads((run / "evaluate" / "stage.json").read_text())
+    assert info["status"] == "complete"
+    manifest = json.loads((run / "manifest.json").read_text())
+    rec = manifest["servers"]["smol"]
+    assert rec["url"] == f"http://127.0.0.1:{port}/v1" and "stopped" in rec
+    assert not _alive(rec["pid"]) and served_models(rec["url"]) is None  # nothing left behind
+    assert "server smol: ready" in out.stdout and "server smol: stopped" in out.stdout
+
+    # a rerun of the complete run starts no server: every stage that uses it is complete
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "skipped" in again.stdout and "server smol" not in again.stdout
+    assert log.read_text().count("--- ") == 1
+
+
+@pytest.mark.slow
+def test_a_healthy_server_on_the_port_is_reused_another_model_refused_and_a_dead_one_explained(tmp_path):
+    model = _embedded()
+    port = free_port()
+    spec = ServerSpec(id="smol", engine="transformers", model=model, port=port, args=["--device", "cpu"],
+                      start_timeout_s=300)
+    (plan,) = plan_servers([spec], [_Stage("ev", {"user_model": "smol"})])
+    said: list[str] = []
+    first = Servers([plan], tmp_path / "a", said.append, folder=None)
+    first.ready(_Stage("ev", {"user_model": "smol"}))
+    pid = first.running["smol"].proc.pid
+    try:
+        # a second run finds it answering with the same model: reused, and not its to stop
+        second = Servers([plan], tmp_path / "b", said.append, folder=None)
+        second.ready(_Stage("ev", {"user_model": "smol"}))
+        assert second.running["smol"].proc is None and any("reused" in s for s in said)
+        second.close()
+        assert _alive(pid) and served_models(spec.url) is not None
+        # the port answers with another model: refused, naming both
+        other = ServerSpec(id="other", engine="transformers", model=str(tmp_path), port=port)
+        (oplan,) = plan_servers([other], [_Stage("ev", {"user_model": "other"})])
+        with pytest.raises(ServerFailed, match=f"already serves {model}, not {tmp_path}"):
+            Servers([oplan], tmp_path / "c", said.append, folder=None).ready(_Stage("ev", {"user_model": "other"}))
+    finally:
+        first.close()
+    assert not _alive(pid) and served_models(spec.url) is None
+
+    # a server that exits before answering: its error names it and shows its log's tail
+    bogus = tmp_path / "bogus"
+    bogus.mkdir()
+    (bogus / "config.json").write_text("{}")
+    bad = ServerSpec(id="broken", engine="transformers", model=str(bogus), port=free_port(), start_timeout_s=300)
+    (bplan,) = plan_servers([bad], [_Stage("ev", {"user_model": "broken"})])
+    keeper = Servers([bplan], tmp_path / "d", said.append, folder=None)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ServerFailed) as e:
+            keeper.ready(_Stage("ev", {"user_model": "broken"}))
+    finally:
+        keeper.close()
+    assert "server 'broken'" in str(e.value) and "exited with status" in str(e.value)
+    assert str(tmp_path / "d" / "servers" / "broken.log") in str(e.value)
+    assert len(str(e.value).splitlines()) > 2  # the log's tail follows
+    assert time.monotonic() - t0 < 200
+
+
+class _Stage:
+    """What the server plan reads of a planned stage."""
+
+    def __init__(self, key: str, servers: dict[str, str]):
+        self.key = self.id = key
+        self.servers = servers
