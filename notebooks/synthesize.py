@@ -52,6 +52,7 @@ pool_split = 'pattern'  # How tasks are split into the pools: 'pattern' gives ev
 gold_dialogues = True  # Also write each accepted task's gold-replay dialogue to sft_agent.jsonl (meta.source: 'gold').
 choice_temperature = 1.0  # Softmax temperature of constrained choices.
 max_similarity = 0.75  # Near-duplicate plan threshold.
+max_lookup_share = 0.25  # Most read-only (lookup) plans the meta-planner writes, as a share of num_plans (rounded down): a tau2 agent is trained on writes under policy; 1: no cap.
 wandb = True  # Log round metrics to W&B (offline unless WANDB_MODE says otherwise).
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---
