@@ -227,7 +227,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     for p in rep["problems"]:
         print("PROBLEM", p)
     print(f"audit {rep['out_dir']}: {rep['gold_reward_1']}/{rep['tasks']} accepted tasks replay to reward 1 "
-          f"({rep['referee']} evaluator), {len(rep['problems'])} problems")
+          f"({rep['referee']} evaluator), {rep['rule_refusals']} break a policy rule, "
+          f"{rep['sft_ungrounded']} ungrounded SFT samples, {len(rep['problems'])} problems")
+    n_writes = len(rep["write_tools"])
+    print(f"  mix: {' '.join(f'{k}:{v}' for k, v in sorted(rep['kinds'].items()))}; with a write "
+          f"{rep['write_share']}; write tools covered {rep['write_tools_covered']}/{n_writes}: "
+          + " ".join(f"{k}:{v}" for k, v in rep["write_tools"].items()))
     return 0 if not rep["problems"] else 1
 
 
@@ -465,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     sy.add_argument("--register", action="append", help="module whose register() adds a custom domain")
     sy.set_defaults(fn=_cmd_synthesize)
 
-    au = sub.add_parser("audit", help="check an engine run: tasks load, gold replays earn reward 1, no duplicates")
+    au = sub.add_parser("audit", help="check an engine run: tasks load, gold replays earn reward 1, policy rules hold, no duplicates; the task mix")
     au.add_argument("run")
     au.add_argument("--register", action="append")
     au.set_defaults(fn=_cmd_audit)

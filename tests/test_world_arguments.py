@@ -145,3 +145,68 @@ def test_fixed_user_narrows_retail_orders(domains):
     cands = write_candidates("retail", db, "cancel_pending_order", random.Random(0), fixed={"user_id": user.user_id})
     assert cands and all(db.orders[c.arguments["order_id"]].user_id == user.user_id for c in cands)
     assert all(c.knows["email"] == user.email for c in cands)
+
+
+# -- the customer's view (kit/envs/arguments/customer.py) -------------------------------------------
+DB_ONLY = {  # arguments whose values only the database knows: the customer names them in words instead
+    "airline": {"payment_id"},
+    "retail": {"item_ids", "new_item_ids", "payment_method_id", "user_id"},
+    "telecom": {"customer_id", "line_id", "bill_id"},
+}
+
+
+def _leaf_texts(value) -> list[str]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaf_texts(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _leaf_texts(v)]
+    return [str(value)]
+
+
+@pytest.mark.parametrize("name", sorted(COVERAGE))
+def test_the_customer_names_database_only_values_in_words_and_the_reads_return_them(domains, name):
+    """With as_customer, every database-only value of a candidate has the customer's words (or is
+    identified by the other words), and the candidate's reads, run in order on a fresh fork, all
+    succeed and return every such value: the gold (reads, then the write) is grounded without the
+    customer ever saying an id only the database holds."""
+    dom = domains[name]
+    seen_said = 0
+    for tool in _writes(dom):
+        for seed in SEEDS:
+            env = dom.fork(None)
+            cands = write_candidates(name, env.agent_db, tool, random.Random(seed), limit=LIMIT, as_customer=True)
+            for cand in cands:
+                hidden = [k for k in cand.arguments if k in DB_ONLY[name]]
+                if name == "airline" and tool == "book_reservation":
+                    hidden = []  # its payment list stays stated (a customer books with the methods they name)
+                assert set(hidden) <= set(cand.said), (tool, cand.arguments, cand.said)
+                returned = ""
+                run = dom.fork(None)
+                for read, args in cand.reads:
+                    assert dom.tool_kind(read) == "read", read
+                    obs = run.execute(read, dict(args), "assistant")
+                    assert not obs.error, (tool, read, args, obs.content[:200])
+                    returned += obs.content
+                for k in hidden:
+                    for leaf in _leaf_texts(cand.arguments[k]):
+                        assert leaf in returned, (tool, k, leaf, [r for r, _ in cand.reads])
+                seen_said += bool(hidden)
+                words = " ".join(cand.said.values())
+                for k in hidden:  # no id in the customer's words
+                    assert all(leaf not in words for leaf in _leaf_texts(cand.arguments[k])), (tool, k, words)
+    assert seen_said > 0
+
+
+def test_payment_words_single_out_one_method():
+    """Two gift cards of different balances are told apart by the amount; two of the same balance
+    cannot be, and the candidate is dropped (None)."""
+    from types import SimpleNamespace as NS
+
+    from kit.envs.arguments.customer import _payment_words
+
+    methods = {"gift_card_1": NS(source="gift_card", amount=50.0), "gift_card_2": NS(source="gift_card", amount=80.0),
+               "credit_card_7": NS(source="credit_card", brand="visa", last_four="1234")}
+    assert _payment_words(methods, "gift_card_2") == "your gift card with $80 on it"
+    assert _payment_words(methods, "credit_card_7") == "your visa credit card ending in 1234"
+    methods["gift_card_3"] = NS(source="gift_card", amount=80.0)
+    assert _payment_words(methods, "gift_card_2") is None

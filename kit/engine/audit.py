@@ -3,8 +3,12 @@
 For every accepted task: the tasks.jsonl line loads as a tau2 `Task`, its rl_tasks.jsonl
 twin carries the same task and a checker, and replaying its gold actions earns reward 1
 from tau2's own evaluator (τ² domains; a custom domain is scored by the kit verifier,
-which agrees with tau2 on every τ² task, see `kit bench verify`). Ids must be unique in
-every file: a resumed run that duplicated or lost a record fails here.
+which agrees with tau2 on every τ² task, see `kit bench verify`); its gold passes the
+domain's coded policy rules (kit/envs/rules); no two accepted tasks are duplicates (same
+solution, nearly the same text: the engine's `duplicate` check, rerun over the whole set);
+and no SFT sample was dropped as ungrounded. Ids must be unique in every file: a resumed
+run that duplicated or lost a record fails here. The report also gives the task mix (kinds,
+tasks per write tool, share with a write, write tools covered), counted from tasks.jsonl.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from pathlib import Path
 
 from kit.checkers.checker import CheckedTask
 from kit.engine.pools import POOL_FILES
+from kit.engine.rounds import task_mix
 from kit.engine.store import read_jsonl
+from kit.engine.validate import Seen
 from kit.envs.domain import BUILTIN_DOMAINS, load_domain
 from kit.replay import gold_trajectory
 from kit.verify import verify
@@ -42,7 +48,15 @@ def audit_run(out_dir: str | Path) -> dict:
         problems.append(f"tasks.jsonl holds {len(tasks)} tasks, proposals.jsonl accepted {len(accepted)}")
     by_id = {c.task.id: c for c in checked}
     rewards = {}
+    seen = Seen()
+    rule_refusals = 0
     for t in tasks:
+        for why in domain.policy_violations(t):
+            rule_refusals += 1
+            problems.append(f"{t.id}: gold breaks a policy rule: {why}")
+        dup = seen.claim(t)
+        if dup is not None:
+            problems.append(f"{t.id}: {dup.detail}")
         c = by_id.get(t.id)
         if c is None or c.task != t or not c.checker.code:
             problems.append(f"{t.id}: neither pool (rl_tasks.jsonl, sft_tasks.jsonl) has a matching task with a checker")
@@ -51,5 +65,20 @@ def audit_run(out_dir: str | Path) -> dict:
         rewards[t.id] = r
         if r != 1.0:
             problems.append(f"{t.id}: gold replay earns {r} from the {referee} evaluator")
+    ungrounded = sum(int(row.get("sft_ungrounded") or 0) for row in _rounds(out))
+    if ungrounded:
+        problems.append(f"rounds.csv: {ungrounded} SFT samples dropped as ungrounded")
+    writes = frozenset(n for n in domain.tool_names("assistant") if domain.tool_kind(n) == "write")
+    mix = task_mix(tasks, writes)
     return {"out_dir": str(out), "domain": domain.name, "referee": referee, "tasks": len(tasks),
-            "gold_reward_1": sum(r == 1.0 for r in rewards.values()), "problems": problems}
+            "gold_reward_1": sum(r == 1.0 for r in rewards.values()), "rule_refusals": rule_refusals,
+            "sft_ungrounded": ungrounded, "kinds": dict(mix.kinds), "write_share": mix.write_share,
+            "write_tools": {n: mix.tools.get(n, 0) for n in sorted(writes)},
+            "write_tools_covered": len(writes & set(mix.tools)), "problems": problems}
+
+
+def _rounds(out: Path) -> list[dict]:
+    import csv
+
+    path = out / "rounds.csv"
+    return list(csv.DictReader(path.open())) if path.exists() else []

@@ -168,7 +168,8 @@ def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_si
               max_lookup_share: Optional[float] = None) -> tuple[list[PlanPair], dict]:
     """N plan pairs for the domain; returns (plans, stats with rejected near-duplicates). At most
     int(max_lookup_share × n) of them are read-only (intent `lookup`; None: no cap): a domain with many
-    read tools (airline: 6 reads, 6 writes) otherwise spends a third of its plans on lookups."""
+    read tools (airline: 6 reads, 6 writes) otherwise spends a third of its plans on lookups. Until every
+    write tool is in some plan, the patterns offered are those holding a write tool no plan has yet."""
     patterns = tool_patterns(domain, seed=seed)
     lookup_cap = n if max_lookup_share is None else int(max_lookup_share * n)
     if not patterns:
@@ -178,13 +179,17 @@ def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_si
     rejected = 0
     tries = 0
     used_patterns: dict[str, int] = {}
+    writes = {t for t in domain.tool_names("assistant") if domain.tool_kind(t) == "write"}
     while len(plans) < n and tries < (max_tries or 4 * n):
         tries += 1
         existing = "\n".join(f"- {p.slice.describe()}" for p in plans) or "- none yet"
         base = dict(domain=domain.name, tools=tools_line, existing=existing)
+        # every write tool in some plan first (airline's six writes: the model alone picked three), then
         # fewest-used patterns first: the model chooses among the least covered slices
         lookups = sum(p.slice.intent == "lookup" for p in plans)
         allowed = [p for p in patterns if p[0] != "lookup" or lookups < lookup_cap] or patterns
+        covered = {t for p in plans for t in p.slice.tools}
+        allowed = [p for p in allowed if set(p[1]) & (writes - covered)] or allowed
         least = min(used_patterns.get(">".join(t), 0) for _, t in allowed)
         fresh = [p for p in allowed if used_patterns.get(">".join(p[1]), 0) == least]
         pi = chooser.choose(prompts.render("meta_planner", **base, slice="the tool pattern"),

@@ -62,6 +62,8 @@ class SynthesisFailure(TextEnum):
     WRITE_FAILED = "write_failed"              # the write kept failing after its repairs
     NO_LOOKUP = "no_lookup"                    # the write has no id argument the read returns
     NOTHING_TO_LOOK_UP = "nothing_to_look_up"  # the read returned nothing usable to look up
+    UNASKABLE = "unaskable"                    # a lookup whose read takes no arguments (a listing): the
+                                               # customer cannot say which of its values they want
     EMPTY_VALUE = "empty_value"                # (runs of older kits)
     OTHER = "other"                            # an older record whose text names no known cause
 

@@ -95,7 +95,7 @@ class Proposal:
     explored: list[dict] = field(default_factory=list)
     repairs: list[str] = field(default_factory=list)
     failure: Optional[Rejection] = None  # why no task could be built at all (Check.SYNTHESIS)
-    gold_state_hash: Optional[str] = None
+    gold_fingerprint: Optional[str] = None  # EpisodeEnv.fingerprint() after the gold (not tau2's db hash)
     state_changed: Optional[bool] = None
     decisions: list[dict] = field(default_factory=list)
     fidelity: dict[str, list[str]] = field(default_factory=dict)  # gate problems per model-written field
@@ -104,7 +104,7 @@ class Proposal:
         return {"unit": self.unit, "attempt": self.attempt, "plan_id": self.plan_id,
                 "task_id": self.task.id if self.task else None, "explored": self.explored,
                 "repairs": self.repairs, "failure": self.failure.message() if self.failure else None,
-                "gold_state_hash": self.gold_state_hash,
+                "gold_fingerprint": self.gold_fingerprint,
                 "state_changed": self.state_changed, "decisions": self.decisions,
                 "fidelity": self.fidelity}
 
@@ -392,16 +392,17 @@ class Synthesizer:
         elif sl.intent == "lookup_change":
             gold, facts, request = self._lookup_write(plan, prop, pool, explored, rng, task_id)
         else:
-            gold, facts = self._writes(plan, prop, pool, explored, rng)
-            request = task_request(self.domain, self.start, actions=gold)
+            gold, facts, said = self._writes(plan, prop, pool, explored, rng)
+            request = task_request(self.domain, self.start, actions=gold,
+                                   looked_up=tuple({k for words in said for k in words})).describe(said)
         env = self.domain.fork(self.start)
-        before = env.state_hash()
+        before = env.fingerprint()
         for c in gold:
             obs = env.execute(c.name, dict(c.arguments), "assistant")
             if obs.error:
                 raise _NoTask(SynthesisFailure.GOLD_ACTION_ERROR, f"{c.render()}: {obs.content[:160]}")
-        prop.gold_state_hash = env.state_hash()
-        prop.state_changed = prop.gold_state_hash != before
+        prop.gold_fingerprint = env.fingerprint()
+        prop.state_changed = prop.gold_fingerprint != before
         scenario, phrasing, ask_for = self._scenario(plan, prop, gold, facts, request)
         actions = [Action(action_id=f"a{i}", requestor="assistant", name=c.name, arguments=dict(c.arguments))
                    for i, c in enumerate(gold)]
@@ -424,6 +425,12 @@ class Synthesizer:
         opts = self._read_options(pool, set(), rng, only=tool)
         if not opts:
             raise _NoTask(SynthesisFailure.NO_ARGUMENTS, f"no values seen for the arguments of {tool}")
+        # the customer asks about something they name (a flight, an order): a listing with no arguments
+        # ("list all airports", then one airport as the answer) is a question no customer could ask
+        opts = [c for c in opts if c.arguments]
+        if not opts:
+            raise _NoTask(SynthesisFailure.UNASKABLE, f"{tool} takes no arguments: the customer cannot say "
+                          "which of its values they want")
         msgs = self.prompts.render("synth_explore", domain=self.domain.name, synthesis=plan.synthesis,
                                    hints=plan.hints, so_far="; ".join(c.render() for c in explored) or "none")
         call = self._run_read(env, opts[self.chooser.choose(msgs, [c.render() for c in opts], what="lookup call")],
@@ -434,6 +441,8 @@ class Synthesizer:
         facts.walk(call.output, 0)
         values = [(k, v) for k, slot in facts.values.items() for v, _ in slot.values()
                   if isinstance(v, (str, int, float)) and len(str(v)) <= 60]
+        if not values and isinstance(call.output, (str, int, float)) and len(str(call.output)) <= 60:
+            values = [("result", call.output)]  # a search that returns the value itself (a user id by email)
         if not values:
             raise _NoTask(SynthesisFailure.NOTHING_TO_TELL, f"{call.render()} returned no scalar value")
         rng.shuffle(values)
@@ -443,9 +452,10 @@ class Synthesizer:
         return [call], str(v)
 
     def _one_write(self, plan, prop, tool: str, writes: list[Call], pool: Pool, rng: random.Random,
-                   fixed: Optional[dict] = None) -> tuple[dict, dict, Any]:
+                   fixed: Optional[dict] = None) -> tuple[dict, dict, Any, Optional[Any]]:
         """Arguments for one write (the model's choices, `fixed` ones given), run after the `writes` kept so
-        far; a write that errors or changes nothing is chosen again without the values that failed."""
+        far; a write that errors or changes nothing is chosen again without the values that failed.
+        (arguments, their sources in the pool, the tool's result, the world candidate or None)."""
         banned: dict[str, set] = {}
         tried: set[str] = set()  # world candidates that failed (by their arguments)
         for tries in range(self.max_repairs + 1):
@@ -454,15 +464,15 @@ class Synthesizer:
                 env.execute(w.name, dict(w.arguments), "assistant")
             world = self._world_args(plan, tool, env, rng, fixed, tried)
             if world is not None:
-                args, src = world, {p: None for p in world}
+                args, src = dict(world.arguments), {p: None for p in world.arguments}
             else:
                 args, src = self._choose_args(plan, tool, pool, rng, banned, plan.slice.persona, fixed=fixed)
-            before = env.state_hash()
+            before = env.fingerprint()
             obs = env.execute(tool, dict(args), "assistant")
             problem = (f"error: {obs.content[:120]}" if obs.error
-                       else ("no_change" if env.state_hash() == before else None))
+                       else ("no_change" if env.fingerprint() == before else None))
             if problem is None:
-                return args, src, obs
+                return args, src, obs, world
             prop.repairs.append(f"{tool}({args}) -> {problem}; chosen again")
             tried.add(json.dumps(args, sort_keys=True, default=str))
             for p, v in args.items():
@@ -471,14 +481,17 @@ class Synthesizer:
         raise _NoTask(SynthesisFailure.WRITE_FAILED, f"{tool} failed after {self.max_repairs} repairs ({problem})")
 
     def _world_args(self, plan, tool: str, env, rng: random.Random, fixed: Optional[dict],
-                    tried: set[str]) -> Optional[dict]:
+                    tried: set[str]) -> Optional[Any]:
         """Arguments of a write drawn whole from the world (kit/envs/arguments: a reservation and the
         payment method its owner holds, an order's item and an available variant, ...), the model choosing
         among the candidates; None where the domain has no generator for the tool (the per-argument
-        choice above). A domain with a generator but no candidate left ends the proposal."""
+        choice above). A domain with a generator but no candidate left ends the proposal. The candidate
+        comes as the customer sees it: words for the values only the database knows, and the reads that
+        find them (kit/envs/arguments/customer.py)."""
         from kit.envs.arguments import write_candidates
 
-        cands = write_candidates(self.domain.name, env.agent_db, tool, rng, limit=MAX_OPTIONS, fixed=fixed)
+        cands = write_candidates(self.domain.name, env.agent_db, tool, rng, limit=MAX_OPTIONS, fixed=fixed,
+                                 as_customer=True)
         if cands is None:
             return None
         cands = [c for c in cands if json.dumps(c.arguments, sort_keys=True, default=str) not in tried]
@@ -488,23 +501,34 @@ class Synthesizer:
         fn = _schema(self.domain, tool)
         msgs = self.prompts.render("synth_call", domain=self.domain.name, synthesis=plan.synthesis, hints=plan.hints,
                                    tool=tool, tool_description=fn.get("description", "")[:300])
-        return dict(cands[self.chooser.choose(msgs, [c.summary for c in cands], what=f"{tool} call")].arguments)
+        return cands[self.chooser.choose(msgs, [c.summary for c in cands], what=f"{tool} call")]
 
-    def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict]:
+    def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict, list[dict]]:
+        """(gold calls, facts for the scenario, per write the customer's words for looked-up values). A
+        world write's lookups (WriteCandidate.reads) come right before it, each read once."""
         writes: list[Call] = []
+        steps: list[Call] = []  # the writes with the reads that find their looked-up values
+        said: list[dict] = []
         sources: dict[int, Optional[int]] = {}
         facts: dict[str, Any] = {}
         for tool in plan.slice.tools:
-            args, src, result = self._one_write(plan, prop, tool, writes, pool, rng)
+            args, src, result, world = self._one_write(plan, prop, tool, writes, pool, rng)
+            words = dict(world.said) if world is not None else {}
+            for name, rargs in (world.reads if world is not None else ()):
+                if not any(c.name == name and c.arguments == rargs for c in steps):
+                    steps.append(Call(name, dict(rargs)))
             writes.append(Call(tool, args))
+            steps.append(writes[-1])
+            said.append(words)
             # what the write returned (a new record's id, ...) is known to later gold actions
             pool.walk(_parse_output(result.content) or {}, len(explored) + len(writes) - 1)
             for p, v in args.items():
-                facts[p] = v
+                facts[p] = words[p] if p in words else v
                 if src.get(p) is not None:
                     sources[src[p]] = src[p]
         reads = [explored[i] for i in sorted(sources) if i < len(explored)]
-        return [Call(c.name, dict(c.arguments)) for c in reads] + writes, facts
+        return [Call(c.name, dict(c.arguments)) for c in reads] + steps, \
+            {k: v for k, v in facts.items() if v != ""}, said
 
     def _lookup_write(self, plan, prop, pool, explored, rng, task_id: str) -> tuple[list[Call], dict, Request]:
         """A read, then the write that uses an id it returned: the customer names the record (a name or
@@ -545,7 +569,7 @@ class Synthesizer:
             rid, key, name = named[self.chooser.choose(msgs, [f"{n} ({i})" for i, _, n in named],
                                                        what=f"{write}.{param}")]
             identity = {key: name}
-        args, _, _ = self._one_write(plan, prop, write, [], pool, rng, fixed={param: rid})
+        args, _, _, _ = self._one_write(plan, prop, write, [], pool, rng, fixed={param: rid})
         step = Step(write, {k: v for k, v in args.items() if k != param}, [param])
         gold = [Call(call.name, dict(call.arguments)), Call(write, args)]
         return gold, dict(args), Request(task_id=task_id, steps=[step], identity=identity)

@@ -64,6 +64,9 @@ class Step:
     tool: str
     stated: dict[str, Any]
     from_results: list[str] = field(default_factory=list)
+    # values the customer names in words, the agent finding the id by a lookup (argument -> "paying with
+    # your gift card"; kit/envs/arguments/customer.py): said after the stated values
+    described: dict[str, str] = field(default_factory=dict)
 
     def phrase(self, only: list[str] | None = None) -> str:
         """The generic words of this write ("create a task with user id user_7 and title 'Buy milk'"),
@@ -71,12 +74,13 @@ class Step:
         parts = _words(self.tool).split()
         verb, noun = parts[0], " ".join(parts[1:])
         obj = f"{'a' if verb in CREATE_VERBS else 'the'} {noun}".strip() if noun else ""
-        if self.from_results and not verb in CREATE_VERBS:
+        if [k for k in self.from_results if k not in self.described] and not verb in CREATE_VERBS:
             obj = f"the new {noun}".strip()  # the record an earlier step made
         keys = list(self.stated) if only is None else [k for k in self.stated if k in only]
         args = [f"{_words(k)} {value_text(self.stated[k])}" for k in keys]
         with_ = (" with " + (", ".join(args[:-1]) + " and " + args[-1] if len(args) > 1 else args[0])) if args else ""
-        return " ".join(x for x in (verb, obj) if x) + with_
+        words = "".join(f", {w}" for w in self.described.values() if w)
+        return " ".join(x for x in (verb, obj) if x) + with_ + words
 
 
 @dataclass
@@ -97,7 +101,15 @@ class Request:
 
     def values(self) -> list[Any]:
         """Every value the customer states (what the first user turn must name)."""
-        return [v for s in self.steps for v in s.stated.values()] + list(self.identity.values())
+        return [v for s in self.steps for v in (*s.stated.values(), *(w for w in s.described.values() if w))] + \
+            list(self.identity.values())
+
+    def describe(self, said: list[dict[str, str]]) -> "Request":
+        """Give each write step (in order) the customer's words for its values that the agent looks up
+        (`said[i]`: argument -> words, kit/envs/arguments/customer.py); only values left to the agent."""
+        for step, words in zip(self.steps, said):
+            step.described.update({k: w for k, w in words.items() if k in step.from_results})
+        return self
 
     def opening(self, seed: Any = None) -> str:
         """A first message built from the request alone (for a task whose scenario does not name the
@@ -204,7 +216,8 @@ def task_request(domain, task, actions: list | None = None, looked_up: tuple[str
             stated, later = {}, []
             for k, v in args.items():
                 unknown = (not contains(said, v)) if written else (k in looked_up or str(v) not in known)
-                if str(v) in produced and unknown:
+                leaves = _leaves(v, set())
+                if leaves and leaves <= produced and unknown:
                     later.append(k)
                 else:
                     stated[k] = v

@@ -19,7 +19,7 @@ tools, all 7 retail write tools, all 6 telecom write tools (tests/test_world_arg
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
 
@@ -30,6 +30,10 @@ class WriteCandidate:
     arguments: dict  # the full argument dict of the write call, every value from the db / schema enum / policy bounds
     knows: dict  # what the customer can say to identify things; values appear in the db
     summary: str  # one short line a person (or the choosing model) reads
+    # filled by customer.customer_view: the customer's words for the values only the database knows
+    # (argument -> "paying with your gift card"), and the read calls (tool, arguments) whose results hold them
+    said: dict = field(default_factory=dict)
+    reads: tuple = ()
 
 
 Generator = Callable[..., list]
@@ -75,17 +79,24 @@ GENERATORS: dict[str, dict[str, Generator]] = {}
 
 
 def write_candidates(domain: str, db, tool: str, rng: random.Random, limit: int = 12,
-                     fixed: dict | None = None) -> list[WriteCandidate] | None:
+                     fixed: dict | None = None, as_customer: bool = False) -> list[WriteCandidate] | None:
     """Candidates for one write of `domain` (its name: "airline", "retail", "telecom") on the agent
     database `db` (the tau2 pydantic DB object, e.g. env.agent_db of a kit Domain fork); None when
     the domain or tool has no generator (the engine then falls back to its own per-argument choice).
     `fixed`: arguments already decided (e.g. {"user_id": ...}): only candidates agreeing with them
     (see `agrees`). Deterministic given rng. At most `limit` candidates, drawn from a random sample
-    of records. The db is only read."""
+    of records. The db is only read. `as_customer`: each candidate with the customer's words and the
+    agent's lookups for its database-only values (customer.py); a candidate the customer could not
+    single out in words is dropped."""
     gen = GENERATORS.get(domain, {}).get(tool)
     if gen is None:
         return None
-    return gen(db, rng, limit, fixed)
+    cands = gen(db, rng, limit, fixed)
+    if as_customer:
+        from kit.envs.arguments.customer import customer_view
+
+        cands = [v for c in cands if (v := customer_view(domain, db, tool, c)) is not None]
+    return cands
 
 
 GENERATORS.update(_registry())
