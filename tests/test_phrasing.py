@@ -242,3 +242,30 @@ def test_opening_variety_masks_values_and_counts_shapes(tmp_path):
     got = opening_variety(tmp_path)
     assert (got["dialogues"], got["distinct_openings"]) == (3, 2)
     assert got["distinct_sentences"] == 5  # Hi! / Create <v> for <v>. / Thanks! / I am <v>. / Please add <v>.
+
+
+def test_every_domain_write_has_a_customer_phrase_that_states_its_values():
+    """kit/rollout/domain_phrases.py: for write candidates of airline, retail and telecom (drawn from the
+    databases, as the customer sees them), each phrase of the tool renders and names every value the
+    customer states; the only tool left to the generic wording is airline's book_reservation."""
+    import random
+
+    from kit.envs import load_domain
+    from kit.envs.arguments import write_candidates
+    from kit.rollout.domain_phrases import PHRASES, render
+    from kit.rollout.phrasing import _is_owner
+
+    generic = set()
+    for name in ("airline", "retail", "telecom"):
+        dom = load_domain(name)
+        for tool in [t for t in dom.tool_names("assistant") if dom.tool_kind(t) == "write"]:
+            cands = write_candidates(name, dom.fork(None).agent_db, tool, random.Random(0), limit=3, as_customer=True)
+            for cand in cands:
+                stated = {k: v for k, v in cand.arguments.items() if k not in cand.said and not _is_owner(k)}
+                n = max((len(opts) for _, opts in PHRASES.get(tool, [])), default=1)
+                texts = [render(tool, stated, lambda options, i=i: options[i % len(options)]) for i in range(n)]
+                if texts[0] is None:
+                    generic.add(tool)
+                    continue
+                assert all(texts), (tool, stated, texts)
+    assert generic == {"book_reservation"}, generic

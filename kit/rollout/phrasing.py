@@ -218,6 +218,12 @@ def _core(pick: _Pick, step: "Step", labels: dict, generic: bool) -> tuple[str, 
             ctx = pick(ctxs).format(l=label, L=_cap(label)) if (ctxs and label) else None
             return vp, ctx, {"status", tkey}
     plain = [k for k in args if not _is_owner(k)]
+    if not generic:  # the τ² domains' own wordings (domain_phrases.py), then the customer's words for looked-up values
+        from kit.rollout.domain_phrases import render
+
+        vp = render(step.tool, {k: args[k] for k in plain}, pick)
+        if vp is not None:
+            return vp + "".join(f", {w}" for w in step.described.values() if w), None, set(plain)
     return step.phrase(only=plain), None, set(plain)
 
 

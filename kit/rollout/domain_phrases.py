@@ -1,0 +1,119 @@
+"""How a customer of τ²'s airline, retail and telecom domains asks for each write, in words.
+
+The phrasing bank (phrasing.py) has its own wordings for mock's two tools; for any other tool it
+falls back to the tool's name ("update the reservation baggages with reservation id EB17TJ, total
+baggages 2 and nonfree baggages 0"). Here each write tool of the three domains has a few verb
+phrases in the second person that name the values the customer states ("change the checked bags
+on your reservation EB17TJ to 2 in total, 0 of them paid"), followed by the customer's words for the
+values the agent looks up (Step.described: "paying with your gift card").
+
+A phrase is used only if every value it must state appears in it (`render` checks each leaf):
+a template that drops a value would make the task ungrounded, so it falls back instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+
+def _passengers(people: Any) -> str:
+    rows = people if isinstance(people, list) else [people]
+    names = [f"{p.get('first_name', '')} {p.get('last_name', '')} (born {p.get('dob', '')})".strip()
+             for p in rows if isinstance(p, dict)]
+    return " and ".join(names)
+
+
+def _flights(flights: Any) -> str:
+    rows = flights if isinstance(flights, list) else [flights]
+    return " and ".join(f"flight {f.get('flight_number')} on {f.get('date')}" for f in rows if isinstance(f, dict))
+
+
+def _address(s: dict) -> str:
+    parts = [s.get("address1"), s.get("address2"), s.get("city"), s.get("state"), s.get("zip"), s.get("country")]
+    return ", ".join(str(p) for p in parts if p)
+
+
+def _bags(s: dict) -> str:
+    return f"{s['total_baggages']} checked bags in total, {s['nonfree_baggages']} of them paid"
+
+
+# tool -> [(the arguments the phrase states, phrase(stated) -> text)]: the first whose arguments are
+# exactly the step's stated ones is drawn from (a customer who withholds a value gets another phrasing)
+PHRASES: dict[str, list[tuple[frozenset, list[Callable[[dict], str]]]]] = {
+    # airline
+    "cancel_reservation": [(frozenset({"reservation_id"}), [
+        lambda s: f"cancel your reservation {s['reservation_id']}",
+        lambda s: f"cancel the booking {s['reservation_id']}",
+        lambda s: f"call off your trip on reservation {s['reservation_id']}"])],
+    "update_reservation_baggages": [(frozenset({"reservation_id", "total_baggages", "nonfree_baggages"}), [
+        lambda s: f"change the bags on your reservation {s['reservation_id']} to {_bags(s)}",
+        lambda s: f"have reservation {s['reservation_id']} carry {_bags(s)}",
+        lambda s: f"add checked luggage to reservation {s['reservation_id']}: {_bags(s)}"])],
+    "update_reservation_passengers": [(frozenset({"reservation_id", "passengers"}), [
+        lambda s: f"change the passenger details on reservation {s['reservation_id']} to {_passengers(s['passengers'])}",
+        lambda s: f"fix the traveller names on booking {s['reservation_id']}: {_passengers(s['passengers'])}",
+        lambda s: f"have {_passengers(s['passengers'])} as the passengers of reservation {s['reservation_id']}"])],
+    "update_reservation_flights": [(frozenset({"reservation_id", "cabin", "flights"}), [
+        lambda s: f"move your reservation {s['reservation_id']} to {_flights(s['flights'])}, in {s['cabin']}",
+        lambda s: f"change the flights of booking {s['reservation_id']} to {_flights(s['flights'])} ({s['cabin']} cabin)",
+        lambda s: f"rebook reservation {s['reservation_id']} on {_flights(s['flights'])}, {s['cabin']} class"])],
+    "send_certificate": [(frozenset({"amount"}), [  # the user id: said beside it, as the customer's own id
+        lambda s: f"get the ${s['amount']} certificate you were promised",
+        lambda s: f"receive a travel certificate of ${s['amount']}"])],
+    # retail
+    "cancel_pending_order": [(frozenset({"order_id", "reason"}), [
+        lambda s: f"cancel your order {s['order_id']}: it was {s['reason']}",
+        lambda s: f"cancel the pending order {s['order_id']} (reason: {s['reason']})",
+        lambda s: f"call off order {s['order_id']}, because it was {s['reason']}"])],
+    "modify_pending_order_address": [(frozenset({"order_id", "address1", "address2", "city", "state", "country", "zip"}), [
+        lambda s: f"ship your order {s['order_id']} to {_address(s)} instead",
+        lambda s: f"change the delivery address of order {s['order_id']} to {_address(s)}",
+        lambda s: f"have order {s['order_id']} sent to {_address(s)}"])],
+    "modify_user_address": [(frozenset({"address1", "address2", "city", "state", "country", "zip"}), [
+        lambda s: f"change your default address to {_address(s)}",
+        lambda s: f"update the address on file to {_address(s)}"])],
+    "modify_pending_order_payment": [(frozenset({"order_id"}), [
+        lambda s: f"change how you pay for your order {s['order_id']}",
+        lambda s: f"switch the payment of pending order {s['order_id']}"])],
+    "modify_pending_order_items": [(frozenset({"order_id"}), [
+        lambda s: f"change an item in your pending order {s['order_id']}",
+        lambda s: f"modify your order {s['order_id']} before it ships"])],
+    "exchange_delivered_order_items": [(frozenset({"order_id"}), [
+        lambda s: f"exchange items from your delivered order {s['order_id']}",
+        lambda s: f"swap something you received in order {s['order_id']}"])],
+    "return_delivered_order_items": [(frozenset({"order_id"}), [
+        lambda s: f"return items from your order {s['order_id']}",
+        lambda s: f"send back part of your delivered order {s['order_id']}"])],
+    # telecom (the line or account is named by its phone number in the described words)
+    "suspend_line": [(frozenset({"reason"}), [
+        lambda s: f"suspend a line ({s['reason']})",
+        lambda s: f"put a line on hold: {s['reason']}"])],
+    "resume_line": [(frozenset(), [lambda s: "resume a suspended line", lambda s: "get a suspended line working again"])],
+    "send_payment_request": [(frozenset(), [lambda s: "get a payment request for a bill",
+                                            lambda s: "be sent a request to pay a bill"])],
+    "enable_roaming": [(frozenset(), [lambda s: "turn on roaming", lambda s: "enable roaming before a trip abroad"])],
+    "disable_roaming": [(frozenset(), [lambda s: "turn off roaming", lambda s: "disable roaming now that you are home"])],
+    "refuel_data": [(frozenset({"gb_amount"}), [
+        lambda s: f"add {s['gb_amount']} GB of data", lambda s: f"buy a {s['gb_amount']} GB data top-up"])],
+}
+
+
+def _leaves(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _leaves(v)]
+    return [] if value is None or value == "" else [str(value)]
+
+
+def render(tool: str, stated: dict, pick: Callable[[list], Any]) -> Optional[str]:
+    """A verb phrase for `tool` stating every value of `stated` (owner ids excluded by the caller), or None
+    when the tool has no phrase for these arguments or a drawn phrase would leave a value unsaid."""
+    for keys, options in PHRASES.get(tool, []):
+        if keys != frozenset(stated):
+            continue
+        text = pick(options)(stated)
+        low = text.lower()
+        if all(leaf.lower() in low for v in stated.values() for leaf in _leaves(v)):
+            return text
+    return None
