@@ -64,15 +64,21 @@ def gold_actions(task) -> list[ToolCall]:
 
 
 def gold_final_text(task, domain: Optional[Domain] = None) -> str:
-    """The agent's last message: every fact to communicate; else, given the domain, what the gold
+    """The agent's last message: every fact to communicate; for a request the policy forbids, the refusal
+    with its reason (description.notes `refusal`); else, given the domain, what the gold
     writes did in one of a few lines drawn from the task id (kit/rollout/phrasing.py: done_line);
     else "Your request has been handled. Is there anything else?"."""
     from kit.rollout.phrasing import DONE_LINES, done_line
+
+    from kit.tags import task_notes
 
     crit = task.evaluation_criteria
     infos = (crit.communicate_info if crit else None) or []
     if infos:
         return "Here is what you asked for: " + "; ".join(infos) + "."
+    refusal = task_notes(task).get("refusal")
+    if refusal:  # a request the policy forbids (the engine's `refuse` tasks): decline, with the rule's reason
+        return f"I'm sorry, but I cannot do that: {refusal}."
     writes = [(a.name, dict(a.arguments)) for a in ((crit.actions if crit else None) or [])
               if domain is not None and domain.is_write_tool(a.name, a.requestor)]
     return done_line(task.id, writes) if writes else DONE_LINES[0]

@@ -612,3 +612,74 @@ def test_world_writes_are_asked_for_in_words_and_the_agent_looks_up_the_ids():
         assert ("credit card ending in" in text or "gift card" in text or "PayPal" in text
                 or "certificate" in text), text
         assert executable_checks(dom, prop.task) == [], (name, text)
+
+
+@pytest.mark.slow
+def test_a_refusal_task_asks_for_a_forbidden_write_and_its_gold_leaves_the_database_as_it_was():
+    """intent `refuse` with the real embedded model: the customer asks for a write the tool would run
+    but a coded rule forbids (airline: a cancellation the policy does not allow; telecom: a payment
+    request for a bill that is not overdue); the gold is the reads that check it, the task passes the
+    executable checks, the gold dialogue ends in a refusal naming the reason, and rounds.csv counts it
+    as a `refusal`, not a write."""
+    from kit.engine.choice import Chooser
+    from kit.engine.plans import EDGES, PERSONAS, PlanPair, Slice
+    from kit.engine.prompts import Prompts
+    from kit.engine.rounds import task_mix
+    from kit.engine.synthesize import Synthesizer
+    from kit.llm import make_backend
+    from kit.replay import gold_final_text
+    from kit.tags import task_notes
+
+    llm = make_backend("embedded")
+    for name, tool in (("airline", "cancel_reservation"), ("telecom", "send_payment_request")):
+        dom = load_domain(name)
+        assert ("refuse", [tool]) in tool_patterns(dom)
+        synth = Synthesizer(dom, Chooser(llm, temperature=0.0, seed=0), Prompts(), explore_steps=0)
+        plan = PlanPair(id="p0", slice=Slice("refuse", [tool], PERSONAS[0], EDGES[0]),
+                        synthesis="The customer asks for something the policy forbids.", evaluation="The agent declines.")
+        prop = synth.propose(plan, "r0-p0", 0, f"syn-{name}", seed=1)
+        assert prop.task is not None, prop.failure
+        task = prop.task
+        acts = task.evaluation_criteria.actions
+        assert acts and all(dom.tool_kind(a.name) == "read" for a in acts)
+        assert task_notes(task)["refusal"] and task_notes(task)["shape"] == f"refuse:{tool}"
+        assert executable_checks(dom, task) == []
+        assert gold_final_text(task).startswith("I'm sorry, but I cannot do that: ")
+        writes = frozenset(t for t in dom.tool_names("assistant") if dom.tool_kind(t) == "write")
+        mix = task_mix([task], writes)
+        assert mix.kinds == Counter({"refusal": 1}) and mix.write_share == 0.0
+
+
+@pytest.mark.slow
+def test_two_world_writes_are_for_one_customer_and_a_kept_flight_list_is_stated():
+    """A two-write airline plan (book, then change flights) with the real embedded model: the second write
+    is for the customer of the first (run 2026-12-03 had half its book>change tasks change another
+    customer's booking); and a list argument whose values are in the database (the flights) is stated, not
+    left to the agent as if a write had made it."""
+    from kit.engine.choice import Chooser
+    from kit.engine.plans import EDGES, PERSONAS, PlanPair, Slice
+    from kit.engine.prompts import Prompts
+    from kit.engine.synthesize import Synthesizer
+    from kit.llm import make_backend
+
+    dom = load_domain("airline")
+    synth = Synthesizer(dom, Chooser(make_backend("embedded"), temperature=0.0, seed=0), Prompts(), explore_steps=0)
+    plan = PlanPair(id="p0", slice=Slice("multi_change", ["book_reservation", "update_reservation_flights"],
+                                         PERSONAS[0], EDGES[0]), synthesis="Book a trip, then change it.", evaluation="x")
+    owners = 0
+    for seed in range(3):
+        prop = synth.propose(plan, "r0-p0", 0, f"syn-two-{seed}", seed=seed)
+        if prop.task is None:
+            continue
+        acts = prop.task.evaluation_criteria.actions
+        booked_for = acts[0].arguments["user_id"]
+        env = dom.fork(prop.task)
+        env.execute(acts[0].name, dict(acts[0].arguments), "assistant")
+        changed = env.agent_db.reservations[acts[-1].arguments["reservation_id"]]
+        assert changed.user_id == booked_for, (booked_for, changed.user_id)
+        text = str(prop.task.user_scenario)
+        assert "the new reservation flights" not in text
+        for f in acts[-1].arguments["flights"]:
+            assert f["flight_number"] in text, text
+        owners += 1
+    assert owners >= 1

@@ -108,7 +108,8 @@ def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tup
     """(intent, tools) pairs the domain supports: every read tool alone, every write tool
     alone, ordered pairs of write tools: at most one per write tool and at most `max_pairs`,
     pairs of two different tools first (the same write twice only where a domain has one write),
-    and lookups then a write (`lookup_param`): at most one per write tool.
+    and lookups then a write (`lookup_param`): at most one per write tool; and, where the domain has
+    calls its policy forbids (kit/envs/arguments/forbidden.py), a request to refuse per such tool.
 
     Why the cap: the meta-planner spreads plans evenly over these patterns, so the share of
     two-write tasks is the share of pair patterns. Uncapped, mock (two writes) had four pairs
@@ -128,7 +129,10 @@ def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tup
     out += [("multi_change", list(p)) for p in pairs[:min(max_pairs, len(writes))]]
     lookups = [("lookup_change", [r, w]) for w in writes
                for r in [next((r for r in reads if lookup_param(domain, r, w)), None)] if r is not None]
-    return out + lookups[:max(1, max_pairs // 2)]
+    from kit.envs.arguments.forbidden import refusal_tools
+
+    refusals = [("refuse", [w]) for w in refusal_tools(domain.name) if w in writes]
+    return out + lookups[:max(1, max_pairs // 2)] + refusals
 
 
 def _shingles(text: str, n: int = 3) -> set[str]:
@@ -187,9 +191,11 @@ def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_si
         # every write tool in some plan first (airline's six writes: the model alone picked three), then
         # fewest-used patterns first: the model chooses among the least covered slices
         lookups = sum(p.slice.intent == "lookup" for p in plans)
-        allowed = [p for p in patterns if p[0] != "lookup" or lookups < lookup_cap] or patterns
-        covered = {t for p in plans for t in p.slice.tools}
-        allowed = [p for p in allowed if set(p[1]) & (writes - covered)] or allowed
+        refusals = sum(p.slice.intent == "refuse" for p in plans)
+        allowed = [p for p in patterns if (p[0] != "lookup" or lookups < lookup_cap)
+                   and (p[0] != "refuse" or refusals < max(1, n // 8))] or patterns
+        covered = {t for p in plans if p.slice.intent != "refuse" for t in p.slice.tools}
+        allowed = [p for p in allowed if p[0] != "refuse" and set(p[1]) & (writes - covered)] or allowed
         least = min(used_patterns.get(">".join(t), 0) for _, t in allowed)
         fresh = [p for p in allowed if used_patterns.get(">".join(p[1]), 0) == least]
         pi = chooser.choose(prompts.render("meta_planner", **base, slice="the tool pattern"),

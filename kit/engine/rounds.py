@@ -19,6 +19,7 @@ from typing import Optional
 from kit.engine.plans import diversity
 from kit.engine.records import Check, CommittedUnit
 from kit.engine.store import atomic_write
+from kit.tags import task_notes
 
 REJECT_CHECKS = tuple(c.value for c in Check)  # rounds.csv's reject_<check> columns, in order
 FAILURE_LABELS = ("task", "agent", "user", "undetermined")
@@ -117,7 +118,8 @@ class TaskMix:
 
     @property
     def write_share(self) -> Optional[float]:
-        return round(1 - self.kinds.get("lookup", 0) / self.n, 4) if self.n else None
+        """The share of tasks with a write (a refusal has none: the agent must decline it)."""
+        return round(1 - (self.kinds.get("lookup", 0) + self.kinds.get("refusal", 0)) / self.n, 4) if self.n else None
 
     @property
     def write_coverage(self) -> Optional[float]:
@@ -127,13 +129,14 @@ class TaskMix:
 
 
 def task_mix(tasks: list, write_tools: frozenset[str]) -> TaskMix:
-    """Kinds, tools (tasks calling each) and gold tool patterns of `tasks` (tau2 Task dicts or objects)."""
+    """Kinds (task_kind, or `refusal` for a request the policy forbids), tools (tasks calling each) and gold
+    tool patterns of `tasks` (tau2 Task dicts or objects)."""
     kinds, tools, patterns = Counter(), Counter(), Counter()
     for t in tasks:
         crit = t.get("evaluation_criteria") if isinstance(t, dict) else t.evaluation_criteria
         acts = ((crit or {}).get("actions") if isinstance(crit, dict) else getattr(crit, "actions", None)) or []
         names = [a["name"] if isinstance(a, dict) else a.name for a in acts]
-        kinds[task_kind(acts, write_tools)] += 1
+        kinds["refusal" if task_notes(t).get("refusal") else task_kind(acts, write_tools)] += 1
         tools.update(set(names))
         patterns[">".join(names)] += 1
     return TaskMix(kinds, tools, patterns, len(tasks), frozenset(write_tools))

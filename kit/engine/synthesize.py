@@ -384,13 +384,15 @@ class Synthesizer:
         explored = self.explore(plan, pool, rng)
         prop.explored = [{"call": c.render(), "error": c.error} for c in explored]
         sl = plan.slice
-        info = None
+        info, refusal = None, None
         if sl.intent == "lookup":
             gold, info = self._lookup(plan, pool, explored, rng)
             facts = {k: v for k, v in gold[-1].arguments.items()}
             request = Request(task_id=task_id, steps=[Step(gold[-1].name, dict(gold[-1].arguments))])
         elif sl.intent == "lookup_change":
             gold, facts, request = self._lookup_write(plan, prop, pool, explored, rng, task_id)
+        elif sl.intent == "refuse":
+            gold, facts, request, refusal = self._refusal(plan, rng, task_id)
         else:
             gold, facts, said = self._writes(plan, prop, pool, explored, rng)
             request = task_request(self.domain, self.start, actions=gold,
@@ -411,7 +413,8 @@ class Synthesizer:
         prop.task = Task(
             id=task_id,
             description=Description(purpose=plan.synthesis, notes=tagged_notes(
-                notes, shape=">".join(sl.tools), phrasing=phrasing, **({"ask_for": list(ask_for)} if ask_for else {}))),
+                notes, shape=(f"refuse:{sl.tools[0]}" if refusal else ">".join(sl.tools)), phrasing=phrasing,
+                **({"ask_for": list(ask_for)} if ask_for else {}), **({"refusal": refusal} if refusal else {}))),
             user_scenario=scenario,
             initial_state=initial,
             evaluation_criteria=EvaluationCriteria(
@@ -450,6 +453,45 @@ class Synthesizer:
         msgs = self.prompts.render("synth_info", tool=call.name, output=call.content[:600])
         k, v = values[self.chooser.choose(msgs, [f"{k}: {v}" for k, v in values], what="lookup info")]
         return [call], str(v)
+
+    def _refusal(self, plan, rng: random.Random, task_id: str) -> tuple[list[Call], dict, Request, str]:
+        """A request the policy forbids (kit/envs/arguments/forbidden.py): the customer asks for a write that
+        the tool would run but a rule of the domain refuses; the gold is the reads that check it, the
+        database stays as it was, and the agent's last word is the refusal with the rule's reason."""
+        from kit.envs.arguments.forbidden import forbidden_candidates
+
+        tool = plan.slice.tools[0]
+        env = self.domain.fork(self.start)
+        cands = forbidden_candidates(self.domain.name, env.agent_db, tool, rng, limit=4 * MAX_OPTIONS)
+        kept: list[tuple[Any, str]] = []
+        for cand in cands or []:
+            probe = Task(id=task_id, user_scenario=UserScenario(instructions="(being written)"),
+                         initial_state=self.start.initial_state if self.start else None,
+                         evaluation_criteria=EvaluationCriteria(actions=[Action(
+                             action_id="w", requestor="assistant", name=tool, arguments=dict(cand.arguments))]))
+            why = self.domain.policy_violations(probe)
+            if not why:
+                continue
+            trial = self.domain.fork(self.start)
+            before = trial.fingerprint()
+            obs = trial.execute(tool, dict(cand.arguments), "assistant")
+            if obs.error or trial.fingerprint() == before:
+                continue  # the tool itself refuses (or changes nothing): not a policy decision
+            kept.append((cand, why[0]))
+            if len(kept) >= MAX_OPTIONS:
+                break
+        if not kept:
+            raise _NoTask(SynthesisFailure.NO_ARGUMENTS, f"no {tool} call that the tool runs and the policy forbids")
+        msgs = self.prompts.render("synth_call", domain=self.domain.name, synthesis=plan.synthesis, hints=plan.hints,
+                                   tool=tool, tool_description=_schema(self.domain, tool).get("description", "")[:300])
+        cand, why = kept[self.chooser.choose(msgs, [c.summary for c, _ in kept], what=f"{tool} call to refuse")]
+        reads = [Call(name, dict(args)) for name, args in cand.reads]
+        asked = reads + [Call(tool, dict(cand.arguments))]
+        request = task_request(self.domain, self.start, actions=asked,
+                               looked_up=tuple(cand.said)).describe([dict(cand.said)])
+        facts = {k: (cand.said.get(k) or v) for k, v in cand.arguments.items() if cand.said.get(k, None) != ""}
+        reason = why.split("): ", 1)[-1]  # the rule's own words, without "<domain> policy (<rule>): "
+        return reads, facts, request, reason
 
     def _one_write(self, plan, prop, tool: str, writes: list[Call], pool: Pool, rng: random.Random,
                    fixed: Optional[dict] = None) -> tuple[dict, dict, Any, Optional[Any]]:
@@ -511,8 +553,12 @@ class Synthesizer:
         said: list[dict] = []
         sources: dict[int, Optional[int]] = {}
         facts: dict[str, Any] = {}
+        owner: Optional[dict] = None  # a world write's customer: the next write is for the same one
         for tool in plan.slice.tools:
-            args, src, result, world = self._one_write(plan, prop, tool, writes, pool, rng)
+            args, src, result, world = self._one_write(plan, prop, tool, writes, pool, rng, fixed=owner)
+            if world is not None:
+                owner = {k: v for k, v in {**world.knows, **world.arguments}.items()
+                         if k in ("user_id", "customer_id")} or None
             words = dict(world.said) if world is not None else {}
             for name, rargs in (world.reads if world is not None else ()):
                 if not any(c.name == name and c.arguments == rargs for c in steps):

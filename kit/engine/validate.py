@@ -103,7 +103,9 @@ def executable_checks(domain: Domain, task) -> list[Rejection]:
     writes = [a for a in crit.actions or [] if domain.is_write_tool(a.name, a.requestor)]
     if writes and env.fingerprint() == before:
         reasons.append(Rejection(Check.CHANGES_STATE, "the gold writes leave the database unchanged"))
-    if not writes and not crit.communicate_info:
+    from kit.tags import task_notes
+
+    if not writes and not crit.communicate_info and not task_notes(task).get("refusal"):
         reasons.append(Rejection(Check.CHANGES_STATE, "no write and nothing to communicate"))
     transfer = _no_transfer(task)
     for why in ([transfer] if transfer else []) + domain.policy_violations(task):

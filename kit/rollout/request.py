@@ -215,8 +215,11 @@ def task_request(domain, task, actions: list | None = None, looked_up: tuple[str
         if domain.tool_kind(a.name) == "write":
             stated, later = {}, []
             for k, v in args.items():
-                unknown = (not contains(said, v)) if written else (k in looked_up or str(v) not in known)
                 leaves = _leaves(v, set())
+                # a list or dict value is known when each of its leaves is (the database's JSON text
+                # never holds a Python list's repr)
+                unknown = (not contains(said, v)) if written else (
+                    k in looked_up or any(leaf not in known for leaf in leaves))
                 if leaves and leaves <= produced and unknown:
                     later.append(k)
                 else:

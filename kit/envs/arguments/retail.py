@@ -45,7 +45,9 @@ def _orders(db: Any, fixed: Optional[dict], status: str) -> list:
 
 
 def _knows(db: Any, order: Any) -> dict:
-    return {"email": db.users[order.user_id].email, "order_id": order.order_id}
+    # user_id: the account the order belongs to (a later write of the same conversation agrees with it;
+    # the customer says their email, and the agent finds the id)
+    return {"email": db.users[order.user_id].email, "order_id": order.order_id, "user_id": order.user_id}
 
 
 def _address(addr: Any) -> dict:
