@@ -269,3 +269,15 @@ def test_every_domain_write_has_a_customer_phrase_that_states_its_values():
                     continue
                 assert all(texts), (tool, stated, texts)
     assert generic == {"book_reservation"}, generic
+
+
+def test_a_tool_named_for_the_user_is_the_customers_account_in_the_generic_wording():
+    """retail's modify_user_address in the generic wording said "modify the user address", which the
+    user-turn grounding check drops as meta-text ("the user"): 10 of 126 user SFT samples of the retail
+    engine run of 2026-12-03. The customer's own record is their account."""
+    from kit.grounding import text_problems
+    from kit.rollout.request import Step
+
+    text = Step("modify_user_address", {"address1": "1 Main St", "city": "Austin"}).phrase()
+    assert text == "modify the account address with address1 '1 Main St' and city Austin"
+    assert not [p for p in text_problems(text, (), "", second_person=False) if p.startswith("meta-text")]

@@ -72,7 +72,9 @@ class Step:
         """The generic words of this write ("create a task with user id user_7 and title 'Buy milk'"),
         stating the values of `only` (default: every stated value)."""
         parts = _words(self.tool).split()
-        verb, noun = parts[0], " ".join(parts[1:])
+        # "modify the user address" reads as talk about a user (the fidelity gate's meta-text): the
+        # customer's own record is their account
+        verb, noun = parts[0], " ".join("account" if w == "user" else w for w in parts[1:])
         obj = f"{'a' if verb in CREATE_VERBS else 'the'} {noun}".strip() if noun else ""
         if [k for k in self.from_results if k not in self.described] and not verb in CREATE_VERBS:
             obj = f"the new {noun}".strip()  # the record an earlier step made
