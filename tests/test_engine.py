@@ -278,6 +278,11 @@ def test_a_task_with_the_same_solution_and_nearly_the_same_text_is_a_duplicate()
     assert seen.claim(t("e", "Please add a task called Pay gas to my list.", title="Pay gas")) is not None
     seen.forget(t("d", "", title="Pay gas"))        # d failed a later check: e's twin is free again
     assert seen.claim(t("e", "Please add a task called Pay gas to my list.", title="Pay gas")) is None
+    # the synthesizer's view: the gold calls accepted so far (a forgotten task's are free again)
+    taken = seen.actions_taken()
+    assert {name for name, _ in taken} == {"create_task"} and any("Pay gas" in args for _, args in taken)
+    seen.forget(t("e", "", title="Pay gas"))
+    assert not any("Pay gas" in args for _, args in seen.actions_taken())
 
 
 def test_meta_planner_and_reflector_cap_the_share_of_read_only_plans():

@@ -199,7 +199,8 @@ class Engine:
         """A unit's own chooser and synthesizer, so units can run side by side (endpoints)."""
         chooser = Chooser(self.engine_llm, temperature=self.cfg.choice_temperature, seed=seed)
         synth = Synthesizer(self.domain, chooser, self.prompts, explore_steps=self.cfg.explore_steps,
-                            max_repairs=self.cfg.max_repairs, repair_scenario=self.cfg.repair_scenario)
+                            max_repairs=self.cfg.max_repairs, repair_scenario=self.cfg.repair_scenario,
+                            taken=self.seen.actions_taken)
         return chooser, synth
 
     def _validate(self, plan, prop, chooser: Chooser) -> tuple[Optional[CheckedTask], list[Rejection]]:

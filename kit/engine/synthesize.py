@@ -251,8 +251,11 @@ def _parse_output(content: str) -> Any:
 
 class Synthesizer:
     def __init__(self, domain: Domain, chooser: Chooser, prompts: Prompts, explore_steps: int = 2,
-                 max_repairs: int = 2, repair_scenario: bool = True):
+                 max_repairs: int = 2, repair_scenario: bool = True, taken: Optional[Any] = None):
         self.domain = domain
+        # () -> the gold action keys of the tasks accepted so far (Seen.actions_taken): world write calls
+        # already in one are offered only when no other is left
+        self.taken = taken
         self.chooser = chooser
         self.prompts = prompts
         self.explore_steps = explore_steps
@@ -537,6 +540,11 @@ class Synthesizer:
         if cands is None:
             return None
         cands = [c for c in cands if json.dumps(c.arguments, sort_keys=True, default=str) not in tried]
+        if self.taken is not None and cands:
+            from kit.eval.leak import action_key
+
+            done = self.taken()
+            cands = [c for c in cands if action_key(tool, dict(c.arguments)) not in done] or cands
         if not cands:
             raise _NoTask(SynthesisFailure.NO_ARGUMENTS, f"no {tool} call the world allows"
                           + (" beyond the ones that failed" if tried else ""))

@@ -168,6 +168,13 @@ class Seen:
                 return tid
         return None
 
+    def actions_taken(self) -> set:
+        """Every gold action key ((tool, sorted-JSON arguments), kit.eval.leak.action_key) of the accepted
+        tasks: the synthesizer prefers write calls not in it, so a small database (telecom's) is not
+        drawn into the same task again and again."""
+        with self._lock:
+            return {k for solution, rows in self._by_solution.items() if rows for k in solution[0]}
+
     def claim(self, task) -> Optional[Rejection]:
         """A DUPLICATE rejection, or None after recording the task as accepted."""
         with self._lock:
