@@ -16,6 +16,7 @@ PROPER_END_RATE = "proper_end_rate"          # episodes ended by a stop, not by 
 PASS1_CI95 = "pass1_ci95"                    # 95% bootstrap interval of pass^1 over tasks
 PASS1_BY_SHAPE = "pass1_by_shape"            # {shape: {"pass^1", "tasks"}}: kit.data.task_labels
 PASS1_BY_PHRASING = "pass1_by_phrasing"      # {phrasing: {"pass^1", "tasks"}}: template / free_form / tau2
+INFRA_FAILURES = "infra_failures"            # evaluation: episodes a server failed, left out of every number
 
 
 def pass_k(k: int) -> str:
@@ -35,6 +36,7 @@ GRAD_NORM = "grad_norm"
 STEP_TIME = "time/step_s"
 PEAK_RSS = "mem/peak_rss_gib"                # the trainer process's peak resident memory so far
 MICRO_BATCHES = "train/micro_batches"        # forward/backward passes of the update
+INFRA_FAILED = "episodes/infra_failed"       # episodes a server failed (5xx, garbled turn): left out, unscored
 
 # --- SFT --------------------------------------------------------------------------------------------
 SFT_LOSS = "loss"

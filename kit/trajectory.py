@@ -2,7 +2,9 @@
 
 A `Trajectory` is one episode: messages (system, assistant, user, tool), tool calls with
 who requested them, the termination reason, and free-form `meta` (token counts, timings,
-parse errors). It converts both ways to tau2's `SimulationRun` and message models, so
+parse errors). An episode a server failed (`infra_error`: an HTTP 5xx or a garbled answer for one
+of its turns, after retries) is an infrastructure failure, not the agent's: whoever scores episodes
+counts it and leaves it out (GRPO's groups, evaluation, the learning curve, the engine). It converts both ways to tau2's `SimulationRun` and message models, so
 tau2's evaluator can score anything the kit produces, and the kit can score tau2's runs.
 """
 
@@ -62,6 +64,12 @@ class Trajectory(BaseModel):
     end_time: Optional[str] = None
     duration: float = 0.0
     meta: dict = Field(default_factory=dict)
+    infra_error: Optional[str] = None  # why a server failed this episode (termination agent_error / user_error)
+
+    @property
+    def infra_failed(self) -> bool:
+        """A server failed the episode: it says nothing about the agent and is never scored."""
+        return self.infra_error is not None
 
     def tool_calls(self) -> list[ToolCall]:
         return [tc for m in self.messages if m.role in ("assistant", "user") for tc in (m.tool_calls or [])]

@@ -25,15 +25,16 @@ def _serve_cli() -> str | None:
 
 
 @contextlib.contextmanager
-def serving(folder: str | None, log_path: Path):
-    """`transformers serve FOLDER` on a free loopback port, offline; yields its /v1 URL. With folder
-    None the server is not pinned to one model: it loads whatever folder a request names."""
+def serving(folder: str | None, log_path: Path, port: int | None = None, procs: list | None = None):
+    """`transformers serve FOLDER` on a free loopback port (or `port`), offline; yields its /v1 URL. With
+    folder None the server is not pinned to one model: it loads whatever folder a request names. `procs`
+    gets the server's Popen (a test that kills the server mid-run)."""
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     cli = _serve_cli()
     if cli is None:
         pytest.skip("the `transformers` CLI is not installed")
-    port = free_port()
+    port = port or free_port()
     # One OpenMP thread: on a small shared CPU, spinning threads make the server 10x slower.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     with log_path.open("w") as log:  # a file, not a pipe: a full pipe would block the server
@@ -41,6 +42,8 @@ def serving(folder: str | None, log_path: Path):
             [cli, "serve", *([folder] if folder else []), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
             env=env, stdout=log, stderr=subprocess.STDOUT,
         )
+        if procs is not None:
+            procs.append(proc)
         base = f"http://127.0.0.1:{port}"
         try:
             deadline = time.monotonic() + 180

@@ -270,6 +270,11 @@ class Engine:
             user_params=SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.user_max_new_tokens))
         tasks = [rec.task for rec in accepted for _ in range(g)]
         trajs = run_episodes(self.domain, tasks, self.agent, self.user, rcfg, progress=self.progress)
+        failed = [t for t in trajs if t.infra_failed]  # a server's failure says nothing of task or agent
+        if failed:
+            print(f"engine: unit {unit}: {len(failed)} of {len(trajs)} episodes failed on a server and are left "
+                  f"out: {failed[0].infra_error}")
+            trajs = [t for t in trajs if not t.infra_failed]
         by_id = {rec.task.id: rec for rec in accepted}
         episodes = []
         for i, traj in enumerate(trajs):

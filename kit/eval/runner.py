@@ -7,7 +7,10 @@
 Every episode is scored by the kit verifier; with `cross_check` also by tau2's official
 evaluator, and the agreement is reported. Trajectories are appended, one complete JSON line
 per finished episode, to `<out_dir>/trajectories.jsonl`; a rerun skips the (task, trial)
-pairs already there, so a killed evaluation resumes. Next to every number the result
+pairs already there, so a killed evaluation resumes. An episode a server failed (a 5xx or garbled
+turn: `Trajectory.infra_failed`) is an infrastructure failure, not the agent's: it is counted (meta
+`infra_failures`; which ones: `infra_failed_episodes`) and left out of every number, never scored 0;
+a rerun runs it again. Next to every number the result
 records the model, the user simulator, sampling, trials and the tau2 version, and pass^1 is broken
 down by task shape and by phrasing (kit.data.task_labels; every episode row carries both).
 """
@@ -108,7 +111,8 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     traj_path = out / "trajectories.jsonl" if out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    done = done_pairs(traj_path) if traj_path else {}
+    # an episode a server failed runs again (its line stays in the file; the rerun's, later, wins)
+    done = {k: t for k, t in (done_pairs(traj_path) if traj_path else {}).items() if not t.infra_failed}
     todo = [(t, k) for t in tasks for k in range(cfg.trials) if (t.id, k) not in done]
     t0 = time.perf_counter()
     trajs = dict(done)
@@ -123,12 +127,16 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         if traj_path:  # whole episodes only: written after the chunk has fully finished
             with open(traj_path, "a", encoding="utf-8") as f:
                 f.write("".join(line + "\n" for line in lines))
-    rows, by_task = [], {t.id: [] for t in tasks}
+    rows, by_task, infra = [], {t.id: [] for t in tasks}, []
     task_by_id = {t.id: t for t in tasks}
     labels = task_labels(dom, tasks)
     for (task_id, k), traj in sorted(trajs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         task = task_by_id.get(task_id)
         if task is None:
+            continue
+        if traj.infra_failed:  # not the agent's failure: counted, never scored
+            infra.append({"task_id": task_id, "trial": k, "termination": traj.termination_reason,
+                          "error": (traj.infra_error or "")[:300]})
             continue
         v = verify(dom, task, traj)
         devs = user_deviations(task, traj, goal_reached=(v.reward == 1.0))
@@ -148,12 +156,21 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         rows.append(row)
         by_task[task_id].append(v.reward)
     df = pd.DataFrame(rows)
+    if not rows and infra:
+        from kit.llm.openai_backend import EndpointError
+
+        raise EndpointError(f"every one of the {len(infra)} episodes failed on a server, none was scored; the "
+                            f"first: {infra[0]['error']}")
+    if infra:
+        log.warning("%d of %d episodes failed on a server and are left out of the scores (meta infra_failures)",
+                    len(infra), len(infra) + len(rows))
     passk = pass_k_table({k: v for k, v in by_task.items() if v}, max_k=min(4, cfg.trials))
     meta = {
         "protocol": "kit", "model": cfg.model, "user_model": cfg.user_model, "temperature": cfg.temperature,
         "user_temperature": cfg.user_temperature, "trials": cfg.trials, "tasks": len(tasks),
         "tau2_version": TAU2_VERSION, "domain": cfg.domain, "split": cfg.split, "tasks_file": cfg.tasks_file,
         "wall_s": round(time.perf_counter() - t0, 1),
+        M.INFRA_FAILURES: len(infra), "infra_failed_episodes": infra,
         M.USER_DEVIATION_RATE: float((df["user_deviations"] > 0).mean()) if len(df) else None,
         M.REQUEST_STATED_RATE: _rate(df["request_stated"]) if len(df) else None,
         M.PROPER_END_RATE: _rate(df["proper_end"]) if len(df) else None,

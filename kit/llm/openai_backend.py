@@ -3,7 +3,11 @@
 The path at scale: many requests in flight (an asyncio semaphore bounds them). Transport and
 retries are the `openai` SDK's async client (exponential backoff with jitter on timeouts,
 connection errors, 408/409/429 and 5xx); a request that still fails becomes an `EndpointError`
-that names the URL and the last error. Other 4xx are not retried: the request itself is wrong.
+that names the URL and the last error, and says whether the server answered at all (`unreachable`:
+no answer, e.g. a dead server; else a 5xx or a garbled answer to this one request). Other 4xx are not
+retried: the request itself is wrong. In a batch, one conversation's failure does not sink the others:
+`BatchEndpointError` carries the completions that came back and the error of each that did not
+(kit/rollout/loop.py ends only the failed episodes, as infrastructure failures).
 The request body is the kit's own (sent as is, through the SDK's raw `post`), so server-specific
 fields (`top_k`, vLLM's `return_tokens_as_token_ids`) and the `n` fan-out below stay ours.
 
@@ -44,11 +48,25 @@ _MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 class EndpointError(Unavailable):
     """The endpoint could not answer: unreachable, failing, or refusing the request (a user error:
-    `kit` prints it without a traceback, see kit/errors.py)."""
+    `kit` prints it without a traceback, see kit/errors.py). `url`: the server's base URL (with /v1);
+    `unreachable`: no answer came back at all (connection refused or reset, timeout) after the retries."""
 
     def __init__(self, message: str, hint: str = "is the server running, and is the URL (with /v1) right? "
-                 "`curl URL/models` should list the model"):
+                 "`curl URL/models` should list the model", *, url: str | None = None, unreachable: bool = False):
         super().__init__(message, hint)
+        self.url, self.unreachable = url, unreachable
+
+
+class BatchEndpointError(EndpointError):
+    """Some conversations of a batch failed, each after its retries. `results[i]`: conversation i's
+    completions, None where it failed; `errors[i]`: why it failed. A caller that does not look inside
+    sees the EndpointError of the first failure; `unreachable` when any failure got no answer."""
+
+    def __init__(self, results: list[list[Completion] | None], errors: dict[int, EndpointError]):
+        first = errors[min(errors)]
+        super().__init__(f"{len(errors)} of {len(results)} requests failed; the first: {first}", first.hint,
+                         url=first.url, unreachable=any(e.unreachable for e in errors.values()))
+        self.results, self.errors = results, errors
 
 
 class OpenAIBackend(Backend):
@@ -120,12 +138,20 @@ class OpenAIBackend(Backend):
     ) -> list[list[Completion]]:
         params = as_params(params)
         if params.seed is None:
-            return list(await asyncio.gather(*(self.achat(c, tools, params) for c in conversations)))
-        # conversation i's choices get seeds seed + i*n + j: a seeded server would otherwise return the
-        # same sample for the same prompt (a GRPO group of identical episodes)
-        n = max(params.n, 1)
-        return list(await asyncio.gather(*(self.achat(c, tools, params, seed=params.seed + i * n)
-                                           for i, c in enumerate(conversations))))
+            calls = (self.achat(c, tools, params) for c in conversations)
+        else:
+            # conversation i's choices get seeds seed + i*n + j: a seeded server would otherwise return the
+            # same sample for the same prompt (a GRPO group of identical episodes)
+            n = max(params.n, 1)
+            calls = (self.achat(c, tools, params, seed=params.seed + i * n) for i, c in enumerate(conversations))
+        got = await asyncio.gather(*calls, return_exceptions=True)
+        for g in got:  # anything but an endpoint's failure is a bug: raise it as it is
+            if isinstance(g, BaseException) and not isinstance(g, EndpointError):
+                raise g
+        errors = {i: g for i, g in enumerate(got) if isinstance(g, EndpointError)}
+        if errors:
+            raise BatchEndpointError([None if i in errors else g for i, g in enumerate(got)], errors)
+        return list(got)
 
     async def achat(
         self,
@@ -150,7 +176,8 @@ class OpenAIBackend(Backend):
             for want, data in zip(batch, replies):
                 choices = data.get("choices") or []
                 if not choices:
-                    raise EndpointError(f"{self.base_url}: response has no choices: {str(data)[:300]}")
+                    raise EndpointError(f"{self.base_url}: response has no choices: {str(data)[:300]}",
+                                        url=self.base_url)
                 if want > 1 and len(choices) < want:
                     self.server_ignores_n = True
                 out += [self._completion(c, data.get("usage"), len(choices)) for c in choices[:want]]
@@ -213,7 +240,20 @@ class OpenAIBackend(Backend):
         return self._loops[loop]
 
     async def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        """One request through the SDK (its retries included); the JSON object it returned."""
+        """One request through the SDK (its retries included); the JSON object it returned. A garbled
+        answer (not a JSON object), which the SDK does not retry, is retried here as often."""
+        url = f"{self.base_url}{path}"
+        for attempt in range(self.max_attempts):
+            data = await self._attempt(method, path, body)
+            if isinstance(data, dict):
+                return data
+            if attempt + 1 < self.max_attempts:
+                await asyncio.sleep(min(0.5 * 2 ** attempt, 8.0))
+        raise EndpointError(f"{url} failed after {self.max_attempts} attempts; last error: the response is not a "
+                            f"JSON object: {str(data)[:200]!r}", url=self.base_url)
+
+    async def _attempt(self, method: str, path: str, body: dict | None) -> Any:
+        """The SDK's request (with its own retries): what the server returned, or an EndpointError."""
         import openai
 
         client, sem = self._state()
@@ -222,21 +262,20 @@ class OpenAIBackend(Backend):
         try:
             async with sem:
                 if method == "GET":
-                    data = await client.get(path, cast_to=object)
-                else:
-                    data = await client.post(path, body=body, cast_to=object)
+                    return await client.get(path, cast_to=object)
+                return await client.post(path, body=body, cast_to=object)
         except openai.APIStatusError as exc:
             code, text = exc.status_code, exc.response.text
             if code in (408, 409, 429) or code >= 500:  # retried by the SDK until it gave up
-                raise EndpointError(f"{failed} HTTP {code}: {text[:300]}") from None
-            raise EndpointError(f"{url} refused the request: HTTP {code}: {text[:500]}") from None
+                raise EndpointError(f"{failed} HTTP {code}: {text[:300]}", url=self.base_url) from None
+            raise EndpointError(f"{url} refused the request: HTTP {code}: {text[:500]}", url=self.base_url) from None
         except (openai.APIConnectionError, openai.APIResponseValidationError) as exc:
             cause = exc.__cause__ or exc
             raise EndpointError(f"{failed} {type(cause).__name__}: {cause}" if str(cause)
-                                else f"{failed} {type(cause).__name__}") from None
-        if not isinstance(data, dict):
-            raise EndpointError(f"{url}: the response is not a JSON object: {str(data)[:200]!r}")
-        return data
+                                else f"{failed} {type(cause).__name__}", url=self.base_url,
+                                unreachable=isinstance(exc, openai.APIConnectionError)) from None
+        except json.JSONDecodeError as exc:  # a body labelled JSON that is not: garbled, like any non-object
+            return f"{exc.doc[:200]}"
 
     async def _post(self, body: dict) -> dict:
         try:
@@ -254,7 +293,8 @@ class OpenAIBackend(Backend):
         data = await self._request("GET", "/models")
         models = data.get("data") or []
         if not models:
-            raise EndpointError(f"{self.base_url}/models lists no model; name one in the spec (url#model)")
+            raise EndpointError(f"{self.base_url}/models lists no model; name one in the spec (url#model)",
+                                url=self.base_url)
         return models[0]["id"]
 
     # ----- responses ----------------------------------------------------------------------

@@ -16,6 +16,11 @@ Termination, as tau2 records it:
                    simulator is told to answer, decided here by code)
   max_steps        `max_messages` messages were exchanged
   too_many_errors  `max_errors` failed or unparseable tool calls
+  agent_error      the agent's server failed this episode's turn (HTTP 5xx or a garbled answer, after
+  user_error       the backend's retries) / the user simulator's: an infrastructure failure, recorded
+                   as `infra_error` on the trajectory; scorers leave it out. The other episodes go on.
+A server that does not answer at all (connection refused, timeout: kit.llm.openai_backend's
+`unreachable`) stops the whole call with an EndpointError naming that server: every episode waits on it.
 An unparseable tool call is an error the agent is shown (a feedback message it sees next
 turn), counted, and the episode goes on.
 
@@ -35,12 +40,16 @@ from tqdm import tqdm
 
 from kit.envs.domain import Domain
 from kit.envs.episode import EpisodeEnv
+from kit.llm.openai_backend import BatchEndpointError, EndpointError
 from kit.llm.types import Backend, Completion, SamplingParams
 from kit.rollout.prompts import FIRST_AGENT_MESSAGE, STOP, USER_STOP_SIGNALS, agent_system_prompt, user_system_prompt
 from kit.rollout.views import agent_view, user_view
 from kit.trajectory import Message, Termination, ToolCall, Trajectory, messages_from_tau2
 
 TRANSFER_TOOL = "transfer_to_human_agents"
+# who failed, when a server fails an episode's turn: tau2's termination reason and the server's name in words
+SERVER_FAILED = {"assistant": (Termination.AGENT_ERROR, "the agent's server"),
+                 "user": (Termination.USER_ERROR, "the user simulator's server")}
 
 
 STEP_SLACK = 4
@@ -107,6 +116,7 @@ class _Episode:
     errors: int = 0
     termination: Optional[Termination] = None
     stop_signal: Optional[str] = None
+    infra_error: Optional[str] = None
     start: float = field(default_factory=time.perf_counter)
     started_at: str = field(default_factory=lambda: datetime.now().isoformat())
 
@@ -221,7 +231,7 @@ def run_episodes(
         traj = Trajectory(
             task_id=ep.task.id, domain=domain.name, messages=ep.messages, termination_reason=ep.termination,
             start_time=ep.started_at, end_time=datetime.now().isoformat(),
-            duration=round(time.perf_counter() - ep.start, 4),
+            duration=round(time.perf_counter() - ep.start, 4), infra_error=ep.infra_error,
             meta={"steps": ep.steps, "errors": ep.errors, "stop_signal": ep.stop_signal,
                   "agent_tokens": sum(m.meta.get("completion_tokens") or 0 for m in ep.messages if m.role == "assistant"),
                   "user_tokens": sum(m.meta.get("completion_tokens") or 0 for m in ep.messages if m.role == "user")},
@@ -256,9 +266,21 @@ def run_episodes(
             calls += 1
             t0 = time.perf_counter()
             convs = [view(ep.messages, ep.agent_system if role == "assistant" else ep.user_system) for ep in waiting]
-            outs = backend.generate_batch(convs, tools, p)
+            reason, server = SERVER_FAILED[role]
+            try:
+                outs = backend.generate_batch(convs, tools, p)
+            except EndpointError as e:
+                if e.unreachable or not isinstance(e, BatchEndpointError):  # the server itself is gone
+                    first = e.errors[min(e.errors)] if isinstance(e, BatchEndpointError) else e
+                    raise EndpointError(f"{e.url + ', ' if e.url else ''}{server}, failed: {first}", e.hint,
+                                        url=e.url, unreachable=e.unreachable) from None
+                outs = e.results  # some requests failed: those episodes end, the others go on
+                for i, err in e.errors.items():
+                    waiting[i].infra_error = f"{server}: {err}"
+                    finish(waiting[i], reason)
             latency = (time.perf_counter() - t0) / len(waiting)
             for ep, comps in zip(waiting, outs):
-                after_turn(ep, role, comps[0], latency)
+                if comps is not None:
+                    after_turn(ep, role, comps[0], latency)
     bar.close()
     return [r for r in results if r is not None]

@@ -59,7 +59,7 @@ from typing import Any, Callable, Optional, Protocol
 from kit.runner import manifest as mf
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
-from kit.runner.servers import ServerFailed, Servers
+from kit.runner.servers import ServerFailed, Servers, name_servers
 from kit.sources import parse_source
 from kit.stages import contract, summarizes_run
 from kit.stages.contract import Produces
@@ -428,7 +428,8 @@ class Runner:
             book.fail(entry)
             if isinstance(e, KeyboardInterrupt):
                 raise
-            raise StageFailed(ps.key, job.out, failure.headline, failure.user_error, failure.tail) from None
+            headline = name_servers(failure.headline, ps.servers, self.recipe.servers, self.run_dir / "servers")
+            raise StageFailed(ps.key, job.out, headline, failure.user_error, failure.tail) from None
         info = mf.read_json(sdir / "stage.json") or {}
         wall = round(time.perf_counter() - t1, 1)
         if info.get("status") != "complete" or info.get("fingerprint") != fp:

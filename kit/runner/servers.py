@@ -187,6 +187,16 @@ def plan_problems(plans: list[ServerPlan], plan: list) -> list[tuple[int, str, s
     return problems
 
 
+def name_servers(message: str, used: dict[str, str], plans: list[ServerPlan], log_dir: Path) -> str:
+    """A failed stage's message with each recipe server it mentions (by URL) named: its id, the stage
+    parameter that uses it and its log, so that "http://127.0.0.1:8002/v1 ... failed" says which server
+    died. `used`: the stage's parameters that name a server (PlannedStage.servers: param -> id)."""
+    by_id = {sp.id: sp for sp in plans}
+    named = [f"recipe server '{sid}' ({param}: {by_id[sid].spec.url}, log {log_dir / f'{sid}.log'})"
+             for param, sid in sorted(used.items()) if sid in by_id and by_id[sid].spec.url in message]
+    return f"{message} [{'; '.join(named)}]" if named else message
+
+
 # ----- at run time -------------------------------------------------------------------------------
 
 

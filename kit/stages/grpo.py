@@ -24,7 +24,10 @@ rate), curve.jsonl (one line per validation point).
 A crash does not cost the run: every `save_every` steps the stage writes a checkpoint into
 checkpoints/ (kit/train/checkpoints.py); rerun (the same `kit run` command), it resumes from the
 newest one of the same fingerprint, keeps the metrics lines of the steps that holds, and ends
-with the weights an uninterrupted run would have. The checkpoints go once model/ is written.
+with the weights an uninterrupted run would have. The checkpoints go once model/ is written. A dead
+server (the rollout server, the user simulator's) is such a crash: after the backend's retries the stage
+stops with an error naming it (`kit run` adds the recipe server's id); a rerun once it is back resumes.
+An episode a server failed alone is left out of its group and counted (metrics `episodes/infra_failed`).
 """
 
 from __future__ import annotations

@@ -50,6 +50,12 @@ Dropped, and why:
 - One row per assistant turn (prompt re-rendered as the agent saw it), not one packed sequence
   per episode: exact for any chat template, at the cost of re-encoding long histories.
 
+Servers fail (kit/train/grpo_groups.py): an episode whose user-simulator or rollout-server turn got a 5xx or
+a garbled answer after the backend's retries is left out of its group, unscored, and counted
+(`episodes/infra_failed`); a server that does not answer at all, or fails every episode of a rollout, stops
+`train()` with an EndpointError naming it (`rollout_server` where it is that one), the step, and the step a
+rerun resumes from once it is back.
+
 Checkpoints (kit/train/checkpoints.py has the layout): everything the loop carries from one step
 to the next is saved every `save_every` steps, the trainable weights and the optimizer once, the
 rest per process (`loop_state`: step, task draws with the per-process stream that also shuffles
@@ -73,6 +79,7 @@ import torch
 
 from kit import metrics as M
 from kit.llm.hf import HFBackend
+from kit.llm.openai_backend import EndpointError
 from kit.llm.types import SamplingParams
 from kit.rollout.loop import step_budget_warning
 from kit.rollout.prompts import agent_system_prompt
@@ -88,7 +95,7 @@ from kit.train.processes import Processes
 log = logging.getLogger(__name__)
 
 # metrics over the whole batch, all processes together (each process's own stay under proc/)
-_SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, "train/rows", "train/tokens", "train/unmatched_turns",
+_SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, M.INFRA_FAILED, "train/rows", "train/tokens", "train/unmatched_turns",
            "train/too_long_rows", "train/retokenized_turns")
 _EPISODE_MEANS = (M.REWARD_MEAN, M.PASS_RATE, M.USER_DEVIATION_RATE)
 
@@ -222,6 +229,7 @@ class GRPOTrainer:
         # the report follows a band task's reward over the steps that drew it
         m["groups"] = [{"task": str(getattr(g.task, "id", "")), "rewards": list(g.rewards),
                         **({"scores": list(g.scores)} if self.cfg.error_penalty > 0 else {}),
+                        **({"infra_failed": g.infra_failed} if g.infra_failed else {}),
                         "kept": any(g is k for k in kept)} for g in seen]
         m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": "",
                   **(pre or {})})
@@ -281,7 +289,10 @@ class GRPOTrainer:
         emit = on_event or (lambda kind, rec: None)
         history = []
         while self.step_idx < end:
-            history.append(self.step(self._before_step(emit)))
+            try:
+                history.append(self.step(self._before_step(emit)))
+            except EndpointError as e:
+                raise self._server_failed(e, checkpoint_dir) from None
             if on_step is not None:
                 on_step(history[-1])
             every = self.cfg.save_every
@@ -293,6 +304,18 @@ class GRPOTrainer:
                 self.wandb_run.log(M.wandb_keys(M.WANDB_GRPO, self.curve.metrics(point)), step=self.step_idx)
             emit("eval", point)
         return history
+
+    def _server_failed(self, e: EndpointError, checkpoint_dir: str | Path | None) -> EndpointError:
+        """The error GRPO stops with when a server is down (after the backend's retries): which server,
+        at which step, and where a rerun resumes."""
+        which = " (its rollout_server)" if self.server is not None and e.url == self.server.url else ""
+        every = self.cfg.save_every if checkpoint_dir is not None else 0
+        last = self.step_idx // every * every if every else 0
+        resume = (f"it resumes from step {last}, the last checkpoint in {checkpoint_dir}" if last
+                  else "it starts again from step 0 (no checkpoint yet" + (")" if every else ": save_every is off)"))
+        return EndpointError(f"GRPO stopped in step {self.step_idx}{which}: {e}",
+                             f"bring {e.url or 'the server'} back (`curl {e.url or 'URL'}/models` should answer), "
+                             f"then run the same command again: {resume}", url=e.url, unreachable=e.unreachable)
 
     def _before_step(self, emit: Callable[[str, dict], None]) -> dict:
         """The probe and the learning-curve point due before step `step_idx`; their metrics."""

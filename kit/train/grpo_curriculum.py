@@ -61,16 +61,20 @@ class Curriculum:
         c, k, W, r = self.cfg, self.cfg.probe_k, procs.count, procs.index
         mine = list(range(r, len(self.tasks), W))
         wins = [0.0] * len(self.tasks)
+        scored = [0.0] * len(self.tasks)  # episodes a server failed are not scored (Trajectory.infra_failed)
         seed = ((c.seed * 7919 + 17) * 100_003 + step) * 101 + r  # apart from the steps' rollout seeds
         chunk = max(1, c.probe_batch // k)  # tasks per rollout call: probe_batch episodes at once
         for start in range(0, len(mine), chunk):
             idx = mine[start: start + chunk]
             trajs = rollout([self.tasks[i] for i in idx for _ in range(k)], seed + start)
             for j, i in enumerate(idx):
-                wins[i] = sum(float(reward_fn(self.tasks[i], t)) >= 1.0 for t in trajs[j * k: (j + 1) * k])
+                # (a trajectory a server failed says nothing of the policy; the rollout may return other records)
+                ok = [t for t in trajs[j * k: (j + 1) * k] if not getattr(t, "infra_failed", False)]
+                wins[i] = sum(float(reward_fn(self.tasks[i], t)) >= 1.0 for t in ok)
+                scored[i] = float(len(ok))
         if W > 1:
-            wins = [procs.sum(w) for w in wins]
-        self.rates = {t.id: wins[i] / k for i, t in enumerate(self.tasks)}
+            wins, scored = [procs.sum(w) for w in wins], [procs.sum(n) for n in scored]
+        self.rates = {t.id: wins[i] / max(scored[i], 1.0) for i, t in enumerate(self.tasks)}
         band = [t for t in self.tasks if c.band_min <= self.rates[t.id] <= c.band_max]
         self.band = band or list(self.tasks)
         self.last_probe = step
@@ -80,7 +84,7 @@ class Curriculum:
                 "band_empty": not band, "always": always, "never": never,
                 "band_min": c.band_min, "band_max": c.band_max,
                 "mean_rate": sum(self.rates.values()) / max(len(self.rates), 1),
-                "probe_s": round(time.perf_counter() - t0, 2),
+                "probe_s": round(time.perf_counter() - t0, 2), "infra_failed": int(k * len(self.tasks) - sum(scored)),
                 "rates": dict(self.rates), "band": [t.id for t in band],
                 "band_patterns": {p: sum(gold_pattern(t) == p for t in band) for p in sorted({gold_pattern(t) for t in band})}}
 

@@ -56,11 +56,17 @@ class LearningCurve:
             user_params=SamplingParams(temperature=c.eval_temperature, max_new_tokens=c.user_max_new_tokens))
         todo = [t for t in self.tasks for _ in range(c.eval_trials)]
         by_task: dict[str, list[float]] = {t.id: [] for t in self.tasks}
+        infra = 0
         for start in range(0, len(todo), c.probe_batch):
             chunk = todo[start: start + c.probe_batch]
             for task, traj in zip(chunk, run_episodes(self.domain, chunk, agent, user, rc, progress=False)):
+                if traj.infra_failed:  # a server's failure, not the policy's: counted, not scored
+                    infra += 1
+                    continue
                 by_task[task.id].append(verify(self.domain, task, traj).reward)
-        return self.add_point(step, by_task, time.perf_counter() - t0)
+        point = self.add_point(step, by_task, time.perf_counter() - t0)
+        point["infra_failed"] = infra
+        return point
 
     def add_point(self, step: int, by_task: dict[str, list[float]], eval_s: float) -> dict:
         """The point (curve.jsonl's record) of the rewards `by_task` scored after `step` steps."""

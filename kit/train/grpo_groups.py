@@ -4,6 +4,12 @@
     kept, seen, m = collect_groups(draws, procs, cfg, step_idx, rollout, reward_fn)
     m.update(episode_metrics(seen, domain))
 
+An episode a server failed (`Trajectory.infra_failed`: a 5xx or garbled turn of the user simulator or
+the rollout server) is left out of its group, never scored (metrics `episodes/infra_failed`, and per
+group in `groups`); a group left with fewer than two episodes has no advantage and is dropped like a
+filtered one. A rollout call whose every episode a server failed stops GRPO with that server's error:
+a server failing everything is down, and a rerun resumes from the last checkpoint once it is back.
+
 Under `accelerate launch` W processes train on the same global batch one process would: every
 process draws the same B tasks from one shared stream and takes groups r, r + W, ...; resampling
 after filtering draws from the process's own stream and spends its share of `resample_budget`.
@@ -29,11 +35,13 @@ from kit.train.processes import Processes
 class Group:
     """A task's G episodes: `rewards` are the checker's; `scores` what filtering and advantages use
     (the rewards less `error_penalty` per failed tool call, kit.train.grpo_groups.shaped; the rewards
-    themselves when the penalty is 0)."""
+    themselves when the penalty is 0). `trajs` are the scored episodes; `infra_failed` counts the ones
+    a server failed, left out."""
     task: Any
     trajs: list
     rewards: list[float]
     scores: list[float] | None = None
+    infra_failed: int = 0
 
     def __post_init__(self):
         if self.scores is None:
@@ -129,27 +137,41 @@ def collect_groups(
         seed = ((c.seed * 1009 + r) * 100_003 + step_idx) * 101 + rnd  # distinct per process, step, round
         trajs = rollout([t for t in todo for _ in range(G)], seed)
         t_score = time.perf_counter()
+        failed = [t for t in trajs if t.infra_failed]
+        if trajs and len(failed) == len(trajs):
+            from kit.llm.openai_backend import EndpointError
+
+            raise EndpointError(f"a server failed every one of the {len(trajs)} episodes of the rollout; the "
+                                f"first: {failed[0].infra_error}")
         groups = []
         for k, task in enumerate(todo):
             ts = trajs[k * G : (k + 1) * G]
-            rewards = [float(reward_fn(task, t)) for t in ts]
-            groups.append(Group(task, ts, rewards, [shaped(r, t, c.error_penalty) for r, t in zip(rewards, ts)]))
+            ok = [t for t in ts if not t.infra_failed]  # never scored: not the agent's doing
+            rewards = [float(reward_fn(task, t)) for t in ok]
+            groups.append(Group(task, ok, rewards, [shaped(r, t, c.error_penalty) for r, t in zip(rewards, ok)],
+                                infra_failed=len(ts) - len(ok)))
         score_s += time.perf_counter() - t_score
         seen += groups
-        kept += [g for g, keep in zip(groups, filter_groups([g.scores for g in groups], c.filter_mode)) if keep]
+        mask = filter_groups([g.scores for g in groups], c.filter_mode)
+        kept += [g for g, keep in zip(groups, mask) if keep and len(g.trajs) >= 2]  # one episode: no advantage
         need = share - len(kept)
         if need <= 0 or budget <= 0:
             break
         n = min(need, budget)
         budget, rnd, todo = budget - n, rnd + 1, draws.draw(n, own=True)
     m = {M.GROUPS_RESAMPLES: budget0 - budget, M.GROUPS_KEPT: min(len(kept), share), "time/score_s": score_s,
+         M.INFRA_FAILED: sum(g.infra_failed for g in seen),
          M.FILTERED_FRAC: 1.0 - len(kept) / len(seen) if seen else 0.0}
     return kept[:share], seen, m
 
 
 def episode_metrics(seen: list[Group], domain: Any = None) -> dict:
-    """Reward, pass rate, turns, tokens and termination reasons of every episode rolled out (kept or
-    filtered); the user simulator's deviation rate with a tau2 `domain`."""
+    """Reward, pass rate, turns, tokens and termination reasons of every episode scored (kept or
+    filtered; a server's failures are counted apart, M.INFRA_FAILED); the user simulator's deviation
+    rate with a tau2 `domain`."""
+    seen = [g for g in seen if g.trajs]
+    if not seen:
+        return {"proc/episodes": 0.0}
     rewards = [r for g in seen for r in g.rewards]
     trajs = [t for g in seen for t in g.trajs]
     mean = sum(rewards) / len(rewards)

@@ -71,11 +71,12 @@ class ServerPolicy:
         try:
             r = httpx.post(url, json=body, timeout=600)
         except httpx.HTTPError as exc:
-            raise EndpointError(f"{url}: {type(exc).__name__}: {exc}") from None
+            raise EndpointError(f"rollout server {url}: {type(exc).__name__}: {exc}", url=self.url,
+                                unreachable=isinstance(exc, httpx.TransportError)) from None
         if r.status_code >= 400:
-            raise EndpointError(f"{url} refused {body}: HTTP {r.status_code}: {r.text[:500]}",
+            raise EndpointError(f"rollout server {url} refused {body}: HTTP {r.status_code}: {r.text[:500]}",
                                 "vLLM needs --enable-lora (and --max-lora-rank >= lora_r) and "
-                                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True to load adapters at run time")
+                                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True to load adapters at run time", url=self.url)
         return r.text
 
     def push(self, model: Any, tokenizer: Any, step: int) -> str:
