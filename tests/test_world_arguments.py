@@ -210,3 +210,22 @@ def test_payment_words_single_out_one_method():
     assert _payment_words(methods, "credit_card_7") == "your visa credit card ending in 1234"
     methods["gift_card_3"] = NS(source="gift_card", amount=80.0)
     assert _payment_words(methods, "gift_card_2") is None
+
+
+@pytest.mark.parametrize("name", sorted(COVERAGE))
+def test_every_candidate_leads_to_one_state_whoever_replays_it(domains, name):
+    """A task's checker is generated from one run of its gold and must pass every replay of it: a write
+    whose result differs between two fresh forks (telecom's refuel on a customer without a draft bill
+    opens a bill with a uuid4 id) can never be a task. Each candidate, run on two forks, leaves equal
+    states."""
+    dom = domains[name]
+    for tool in _writes(dom):
+        cands = write_candidates(name, dom.fork(None).agent_db, tool, random.Random(0), limit=LIMIT) or []
+        for cand in cands:
+            prints = []
+            for _ in range(2):
+                env = dom.fork(None)
+                obs = env.execute(tool, dict(cand.arguments), "assistant")
+                assert not obs.error, (tool, cand.arguments, obs.content[:200])
+                prints.append(env.fingerprint())
+            assert prints[0] == prints[1], (tool, cand.arguments)

@@ -113,6 +113,10 @@ def refuel_data(db, rng: random.Random, limit: int, fixed: Optional[dict]) -> li
         plan = _by_id(db.plans, "plan_id", line.plan_id)
         if plan is None or _status(line.status) != "Active":
             return []
+        # the charge goes on the customer's draft bill; without one, tau2's tool opens a bill with a random
+        # id (uuid4), a state no replay reproduces, so the task's checker could never pass its own gold
+        if not any(_status(b.status) == "Draft" for b in _bills(db, customer)):
+            return []
         room = MAX_REFUEL_GB - (line.data_refueling_gb or 0.0)
         return [_line_call(customer, line, f"refuel {gb:g} GB (${gb * plan.data_refueling_price_per_gb:.2f}, "
                                            f"{plan.name}) on", gb_amount=gb)
