@@ -33,7 +33,7 @@ EXEMPT_ARGS = {("transfer_to_human_agents", "summary")}
 _FACT = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+|#?\b(?=[A-Za-z_]*\d)[A-Za-z0-9_]{3,}\b|\$?\d{2,}(?:\.\d+)?")
 _ASSISTANT_SPEAK = re.compile(
     r"how (can|may|could) i (help|assist)|i('d| would)? (like|love|be happy|be glad) to (help|assist)|"
-    r"as an ai|i am an ai|i'm an ai|language model|i('m| am) here to help|is there anything else i can|"
+    r"as an ai|i am an ai|i'm an ai|you('re| are) an ai|an ai assistant|re-?writ(e|ing) the (input )?text|language model|i('m| am) here to help|is there anything else i can|"
     r"i have created|i've created|i can help you|(ready|happy|glad) to (help|assist)|\b(help|assist) you\b|"
     r"what('s| is) your (request|question)|let me know", re.I)
 # a scenario field is written to the customer ("You want ..."): first person means someone else is talking

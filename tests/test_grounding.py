@@ -143,3 +143,14 @@ def test_gold_opening_restates_the_scenario_in_the_first_person():
         assert " you " not in f" {opening.lower()} " and "your " not in opening.lower()
     reopen = next(t for t in tasks if "by mistake" in t.user_scenario.instructions.reason_for_call)
     assert "I marked '" in scenario_opening(dom, reopen, seed="gold")
+
+
+def test_a_model_talking_about_itself_in_the_second_person_is_assistant_speak():
+    """The retail engine run of 2026-12-03 accepted the known info "You're an AI assistant for text
+    re-writing. Rewrite the input text so that it's more friendly and approachable." (the fidelity gate
+    read it as addressed to the customer); the user SFT check then dropped the sample. The gate catches it."""
+    from kit.grounding import text_problems
+
+    text = "You're an AI assistant for text re-writing. Rewrite the input text so that it's more friendly."
+    assert any(p.startswith("assistant-speak") for p in text_problems(text, (), "", second_person=True))
+    assert not text_problems("You want your order shipped to your new address.", (), "", second_person=True)
