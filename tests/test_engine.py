@@ -687,4 +687,5 @@ def test_two_world_writes_are_for_one_customer_and_a_kept_flight_list_is_stated(
         for f in acts[-1].arguments["flights"]:
             assert f["flight_number"] in text, text
         owners += 1
+        break  # one built task shows it (each proposal costs the embedded model's choices)
     assert owners >= 1
