@@ -228,7 +228,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         print("PROBLEM", p)
     print(f"audit {rep['out_dir']}: {rep['gold_reward_1']}/{rep['tasks']} accepted tasks replay to reward 1 "
           f"({rep['referee']} evaluator), {rep['rule_refusals']} break a policy rule, "
-          f"{rep['sft_ungrounded']} ungrounded SFT samples, {len(rep['problems'])} problems")
+          f"{rep['sft_ungrounded']} SFT samples dropped as ungrounded, {len(rep['problems'])} problems")
     n_writes = len(rep["write_tools"])
     print(f"  mix: {' '.join(f'{k}:{v}' for k, v in sorted(rep['kinds'].items()))}; with a write "
           f"{rep['write_share']}; write tools covered {rep['write_tools_covered']}/{n_writes}: "
