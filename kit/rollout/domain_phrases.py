@@ -98,22 +98,16 @@ PHRASES: dict[str, list[tuple[frozenset, list[Callable[[dict], str]]]]] = {
 }
 
 
-def _leaves(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in _leaves(v)]
-    if isinstance(value, list):
-        return [x for v in value for x in _leaves(v)]
-    return [] if value is None or value == "" else [str(value)]
-
-
 def render(tool: str, stated: dict, pick: Callable[[list], Any]) -> Optional[str]:
     """A verb phrase for `tool` stating every value of `stated` (owner ids excluded by the caller), or None
     when the tool has no phrase for these arguments or a drawn phrase would leave a value unsaid."""
+    from kit.rollout.request import _leaves  # every scalar of a value, as text
+
     for keys, options in PHRASES.get(tool, []):
         if keys != frozenset(stated):
             continue
         text = pick(options)(stated)
         low = text.lower()
-        if all(leaf.lower() in low for v in stated.values() for leaf in _leaves(v)):
+        if all(leaf.lower() in low for v in stated.values() for leaf in _leaves(v, set())):
             return text
     return None
