@@ -399,7 +399,7 @@ class Synthesizer:
         else:
             gold, facts, said = self._writes(plan, prop, pool, explored, rng)
             request = task_request(self.domain, self.start, actions=gold,
-                                   looked_up=tuple({k for words in said for k in words})).describe(said)
+                                   looked_up={k: w for words in said for k, w in words.items()}).describe(said)
         env = self.domain.fork(self.start)
         before = env.fingerprint()
         for c in gold:
@@ -491,7 +491,7 @@ class Synthesizer:
         reads = [Call(name, dict(args)) for name, args in cand.reads]
         asked = reads + [Call(tool, dict(cand.arguments))]
         request = task_request(self.domain, self.start, actions=asked,
-                               looked_up=tuple(cand.said)).describe([dict(cand.said)])
+                               looked_up=dict(cand.said)).describe([dict(cand.said)])
         facts = {k: (cand.said.get(k) or v) for k, v in cand.arguments.items() if cand.said.get(k, None) != ""}
         reason = why.split("): ", 1)[-1]  # the rule's own words, without "<domain> policy (<rule>): "
         return reads, facts, request, reason

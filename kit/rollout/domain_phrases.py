@@ -49,6 +49,15 @@ PHRASES: dict[str, list[tuple[frozenset, list[Callable[[dict], str]]]]] = {
         lambda s: f"change the bags on your reservation {s['reservation_id']} to {_bags(s)}",
         lambda s: f"have reservation {s['reservation_id']} carry {_bags(s)}",
         lambda s: f"add checked luggage to reservation {s['reservation_id']}: {_bags(s)}"])],
+    "book_reservation": [(frozenset({"origin", "destination", "flight_type", "cabin", "flights", "passengers",
+                                     "total_baggages", "nonfree_baggages", "insurance"}), [
+        lambda s: f"book a {s['flight_type']} from {s['origin']} to {s['destination']} on {_flights(s['flights'])}, "
+                  f"in {s['cabin']}, for {_passengers(s['passengers'])}, with {_bags(s)}, travel insurance: {s['insurance']}",
+        lambda s: f"fly {s['flight_type']} {s['origin']} to {s['destination']} ({s['cabin']}) on {_flights(s['flights'])}: "
+                  f"a booking for {_passengers(s['passengers'])}, {_bags(s)}, insurance {s['insurance']}",
+        lambda s: f"make a new {s['flight_type']} reservation, {s['origin']} to {s['destination']}, on "
+                  f"{_flights(s['flights'])} in {s['cabin']} for {_passengers(s['passengers'])}; "
+                  f"{_bags(s)}; insurance {s['insurance']}"])],
     "update_reservation_passengers": [(frozenset({"reservation_id", "passengers"}), [
         lambda s: f"change the passenger details on reservation {s['reservation_id']} to {_passengers(s['passengers'])}",
         lambda s: f"fix the traveller names on booking {s['reservation_id']}: {_passengers(s['passengers'])}",

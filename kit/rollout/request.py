@@ -196,10 +196,12 @@ def _db_text(env) -> str:
     return json.dumps(env.agent_db.model_dump(mode="json"), default=str)
 
 
-def task_request(domain, task, actions: list | None = None, looked_up: tuple[str, ...] = ()) -> Request:
+def task_request(domain, task, actions: list | None = None, looked_up: dict[str, str] | tuple[str, ...] = ()) -> Request:
     """The request of `task`, whose scenario says what the customer knows; or, before the scenario is
     written, of explicit gold `actions` (objects with name and arguments, requestor 'assistant'), where
-    the starting state stands in for it except the argument names in `looked_up` (module docstring)."""
+    the starting state stands in for it except the argument names in `looked_up` (module docstring;
+    as a dict, argument -> the customer's words for it: a leaf those words state, such as a booking's
+    amount beside the payment method the agent looks up, need not come from a result)."""
     from kit.grounding import contains, norm
 
     written = actions is None
@@ -222,7 +224,8 @@ def task_request(domain, task, actions: list | None = None, looked_up: tuple[str
                 # never holds a Python list's repr)
                 unknown = (not contains(said, v)) if written else (
                     k in looked_up or any(leaf not in known for leaf in leaves))
-                if leaves and leaves <= produced and unknown:
+                words = norm(looked_up.get(k, "")) if isinstance(looked_up, dict) else ""
+                if leaves and leaves <= produced | {x for x in leaves if contains(words, x)} and unknown:
                     later.append(k)
                 else:
                     stated[k] = v

@@ -60,6 +60,8 @@ def _options(options: dict) -> str:
 # -- airline ---------------------------------------------------------------------------------------
 def _airline(db: Any, tool: str, cand: WriteCandidate) -> Optional[WriteCandidate]:
     args = cand.arguments
+    if tool == "book_reservation":
+        return _airline_booking(db, cand)
     if "payment_id" not in args:
         return cand
     reads: list[tuple[str, dict]] = []
@@ -79,6 +81,20 @@ def _airline(db: Any, tool: str, cand: WriteCandidate) -> Optional[WriteCandidat
         return None
     reads.append(("get_user_details", {"user_id": user_id}))
     return dataclasses.replace(cand, said={"payment_id": f"paying with {words}"}, reads=tuple(reads))
+
+
+def _airline_booking(db: Any, cand: WriteCandidate) -> Optional[WriteCandidate]:
+    """A booking's payment list: the customer names the method and the amount ("paying the $422 with
+    your visa credit card ending in 4310"); the agent finds the method's id in get_user_details."""
+    methods = cand.arguments.get("payment_methods") or []
+    user = db.users.get(cand.arguments.get("user_id"))
+    if user is None or len(methods) != 1:
+        return None
+    words = _payment_words(user.payment_methods, methods[0]["payment_id"])
+    if words is None:
+        return None
+    return dataclasses.replace(cand, said={"payment_methods": f"paying the ${methods[0]['amount']:g} with {words}"},
+                               reads=(("get_user_details", {"user_id": user.user_id}),))
 
 
 # -- retail ----------------------------------------------------------------------------------------
