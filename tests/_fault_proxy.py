@@ -3,7 +3,8 @@
 It is not a model server: every request it does not fail is forwarded as is to the real server behind it
 (`transformers serve`, tests/_serving.py) and its answer returned as is. It fails the chat requests it is
 told to, chosen by the `seed` field of the request body (kit.rollout.loop seeds every turn, so one seed
-picks one turn of one episode), with:
+picks one turn of one episode) or by a text the body contains (`fail_text`: tau2's user simulator sends
+its task's instructions in every request, so one text picks one episode), with:
   - "500":     HTTP 500 and an error text (the SDK retries it, then the kit's EndpointError);
   - "garbage": HTTP 200 with a body that is not JSON.
 `hits` counts the failed requests (each retry is one).
@@ -21,10 +22,10 @@ import httpx
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, fail_seeds: set[int], mode: str = "500"):
+    def __init__(self, upstream: str, fail_seeds: set[int], mode: str = "500", fail_text: str | None = None):
         assert mode in ("500", "garbage")
         self.upstream = upstream.rstrip("/")  # the real server's URL with /v1
-        self.fail_seeds, self.mode = set(fail_seeds), mode
+        self.fail_seeds, self.mode, self.fail_text = set(fail_seeds), mode, fail_text
         self.hits = 0
         self.forwarded = 0
         self._lock = threading.Lock()
@@ -32,6 +33,8 @@ class FaultProxy:
     def _should_fail(self, path: str, body: bytes) -> bool:
         if not path.endswith("/chat/completions"):
             return False
+        if self.fail_text is not None:
+            return self.fail_text.encode() in body
         try:
             return json.loads(body).get("seed") in self.fail_seeds
         except ValueError:
@@ -79,9 +82,9 @@ class FaultProxy:
 
 
 @contextlib.contextmanager
-def fault_proxy(upstream: str, fail_seeds: set[int], mode: str = "500"):
+def fault_proxy(upstream: str, fail_seeds: set[int], mode: str = "500", fail_text: str | None = None):
     """A FaultProxy on a free loopback port; yields (proxy, its /v1 URL)."""
-    proxy = FaultProxy(upstream, fail_seeds, mode)
+    proxy = FaultProxy(upstream, fail_seeds, mode, fail_text)
     server = ThreadingHTTPServer(("127.0.0.1", 0), proxy.handler())
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

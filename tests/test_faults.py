@@ -187,3 +187,34 @@ def test_grpo_stops_naming_its_dead_rollout_server_and_a_rerun_resumes_once_a_se
     assert [m["step"] for m in read_jsonl(out / "metrics.jsonl")] == [0, 1, 2]
     assert (out / "model" / "config.json").exists() and not (out / "checkpoints").exists()
     assert trainers[-1].sampler.model == str((tmp_path / "sync" / "step-3").resolve())  # step 2 ran on the server
+
+
+@pytest.mark.slow
+def test_a_tau2_protocol_evaluation_counts_a_user_server_5xx_apart_and_a_rerun_runs_that_episode_again(served, tmp_path):
+    """The same rule under tau2's own orchestrator (protocol tau2, litellm): the user simulator's server
+    answers every request of one episode (the one whose instructions it carries) with HTTP 500. Both
+    servers still answer, so the episode is counted as an infrastructure failure naming the servers, left
+    out of pass^k and of the simulations file; the other episode is scored; a rerun runs only that one.
+    Before this, the 500 stopped the whole evaluation with a RuntimeError."""
+    from kit.envs import load_domain
+    from kit.eval.tau2_native import SIM_FILE, evaluate_tau2_native
+
+    url, start = served
+    by_id = {t.id: t for t in load_domain("mock").tasks(None)}
+    tasks = [by_id["create_task_1"], by_id["update_task_1"]]
+    agent = f"openai:{url}#{start}"
+    kw = dict(trials=1, max_messages=4, seed=0, out_dir=tmp_path, concurrency=1, max_tokens=16)
+    with fault_proxy(url, set(), mode="500", fail_text="Request that task_1 be marked as completed") as (proxy, purl):
+        res = evaluate_tau2_native("mock", tasks, agent, f"openai:{purl}#{start}", **kw)
+        assert proxy.hits >= 1 and proxy.forwarded >= 1
+        assert res[M.INFRA_FAILURES] == 1
+        (failed,) = res["infra_failed_episodes"]
+        assert failed["task_id"] == "update_task_1" and purl.rstrip("/") in failed["error"]
+        assert [r["task_id"] for r in res["episodes"]] == ["create_task_1"]
+        assert set(res["passk"]) == {1}
+        assert [line for line in (tmp_path / SIM_FILE).read_text().splitlines() if "update_task_1" in line] == []
+
+        proxy.fail_text = None  # the server is well again: the rerun runs the failed episode, only it
+        again = evaluate_tau2_native("mock", tasks, agent, f"openai:{purl}#{start}", **kw)
+    assert again["episodes_run"] == 1 and again[M.INFRA_FAILURES] == 0
+    assert sorted(r["task_id"] for r in again["episodes"]) == ["create_task_1", "update_task_1"]

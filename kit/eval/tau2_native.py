@@ -18,8 +18,12 @@ out_dir) and needs no server when nothing is left. Episodes run concurrently in 
 
 Simplifications vs `tau2 run`: no LLM repetition check, no console display, a JSONL file instead
 of tau2's single Results JSON, and an episode that raises stops the evaluation (tau2's default;
-its `skip_failed_samples` is not offered) -- except an unreachable endpoint, which is checked up
-front and reported in one line naming the URL. `max_tokens` is sent only when given (tau2 sends
+its `skip_failed_samples` is not offered) -- except two server faults. An unreachable endpoint (checked
+up front, and again after any model call that raises) stops it in one line naming the URL. A model
+call that raises while both servers still answer (an HTTP 5xx or a garbled body for one episode, after
+litellm's retries) is an infrastructure failure of that episode, as in the kit protocol: it is counted
+(`infra_failures`, which ones in `infra_failed_episodes`, each naming the servers), left out of every
+number (never scored 0 against the agent), not written to the simulations file, and run again by a rerun. `max_tokens` is sent only when given (tau2 sends
 none; the runner dispatch gives none, EvalConfig.max_new_tokens is a kit-protocol knob). The runner's
 training-data leak check and user-deviation columns are kit-protocol only.
 
@@ -43,6 +47,7 @@ from typing import Optional
 from kit._tau2 import TAU2_VERSION, registry
 from kit.eval.passk import pass_k_table
 from kit.llm import EndpointError, ModelSpec
+from kit.metrics import INFRA_FAILURES
 
 SIM_FILE = "tau2_simulations.jsonl"
 
@@ -68,6 +73,22 @@ def litellm_model(spec: str, check: bool = True) -> tuple[str, dict]:
         except Exception:
             raise EndpointError(f"endpoint {url}: no '#MODEL' in the spec and GET /models lists none") from None
     return f"openai/{model}", {"api_base": url, "api_key": "dummy"}
+
+
+def _answers(api_base: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{api_base.rstrip('/')}/models", timeout=10).status_code < 500
+    except httpx.TransportError:
+        return False
+
+
+def _model_call_failed(e: BaseException) -> bool:
+    """A model call's failure (litellm's exceptions, a body that was not JSON), not a bug in tau2 or here."""
+    import json
+
+    return type(e).__module__.split(".")[0] in ("litellm", "openai", "httpx") or isinstance(e, json.JSONDecodeError)
 
 
 def _load_done(path: Path) -> dict:
@@ -104,6 +125,7 @@ def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_end
     if max_tokens:
         agent_args["max_tokens"] = user_args["max_tokens"] = max_tokens
     lock = threading.Lock()
+    infra: list[dict] = []
 
     def one(task, k):
         try:
@@ -113,10 +135,17 @@ def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_end
                            seed=seeds[k])
         except Exception as e:
             name = type(e).__name__
-            if "Connection" in name or "Timeout" in name:
-                raise EndpointError(f"task {task.id} trial {k}: endpoint {agent_args['api_base']} / "
-                                    f"{user_args['api_base']} failed: {name}: {str(e)[:300]}") from None
-            raise RuntimeError(f"task {task.id} trial {k} failed in tau2: {name}: {e}") from e
+            down = [a["api_base"] for a in (agent_args, user_args) if not _answers(a["api_base"])]
+            if down or "Timeout" in name:
+                raise EndpointError(f"task {task.id} trial {k}: endpoint {', '.join(down) or agent_args['api_base'] + ' / ' + user_args['api_base']} "
+                                    f"failed: {name}: {str(e)[:300]}") from None
+            if not _model_call_failed(e):
+                raise RuntimeError(f"task {task.id} trial {k} failed in tau2: {name}: {e}") from e
+            with lock:  # both servers answer: this episode's call failed, not the run
+                infra.append({"task_id": task.id, "trial": k, "termination": "infra_error",
+                              "error": f"agent {agent_args['api_base']} / user {user_args['api_base']}: "
+                                       f"{name}: {str(e)[:240]}"})
+            return
         sim.trial = k
         with lock:
             sims[(task.id, k)] = sim
@@ -133,18 +162,24 @@ def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_end
     rows, by_task = [], {t.id: [] for t in tasks}
     for t in tasks:
         for k in range(trials):
-            sim = sims[(t.id, k)]
+            sim = sims.get((t.id, k))
+            if sim is None:  # an infrastructure failure: counted in infra_failures, never scored
+                continue
             reward = float(sim.reward_info.reward) if sim.reward_info else 0.0
             rows.append({"task_id": t.id, "trial": k, "reward": reward,
                          "termination_reason": getattr(sim.termination_reason, "value", sim.termination_reason),
                          "num_messages": len(sim.messages), "duration_s": sim.duration, "seed": sim.seed})
             by_task[t.id].append(reward)
+    if infra and not rows:
+        raise EndpointError(f"every one of the {len(infra)} episodes failed on a server, none was scored; the "
+                            f"first: {infra[0]['error']}")
     return {"protocol": "tau2-native", "tau2_version": TAU2_VERSION, "domain": domain,
             "agent_model": agent_endpoint, "user_model": user_endpoint, "litellm_agent": agent_llm,
             "litellm_user": user_llm, "trials": trials, "tasks": len(tasks), "max_messages": max_messages,
             "temperature": temperature, "user_temperature": user_temperature, "seed": seed,
             "episodes_run": len(todo), "wall_s": round(wall, 1), "episodes": rows,
-            "passk": pass_k_table(by_task, max_k=min(4, trials)),
+            INFRA_FAILURES: len(infra), "infra_failed_episodes": infra,
+            "passk": pass_k_table({t: v for t, v in by_task.items() if v}, max_k=min(4, trials)),
             "simulations_file": str(path) if path else None}
 
 
