@@ -56,6 +56,7 @@ LABELS = {
     USER_DEVIATION_RATE: "user deviation rate",
     REQUEST_STATED_RATE: "request stated",
     PROPER_END_RATE: "proper end",
+    INFRA_FAILURES: "episodes a server failed (not scored)",
     PASS1_CI95: "pass^1 95% CI",
     PASS1_BY_SHAPE: "pass^1 by task shape",
     PASS1_BY_PHRASING: "pass^1 by phrasing",

@@ -213,14 +213,17 @@ def test_report_shows_the_protocol_columns():
 
     eps = pd.DataFrame([{"task_id": t, "trial": 0, "reward": r} for t, r in (("a", 1.0), ("b", 0.0))])
     meta = {"domain": "mock", "tasks": 2, "trials": 1, "user_deviation_rate": 0.5, "request_stated_rate": 0.25,
-            "proper_end_rate": 0.75, "pass1_ci95": [0.0, 1.0], "leak": {"n_overlap": 1, "n_tasks": 2, "checked_files": []}}
-    old = {k: v for k, v in meta.items() if k not in ("request_stated_rate", "proper_end_rate", "pass1_ci95", "leak")}
+            "proper_end_rate": 0.75, "pass1_ci95": [0.0, 1.0], "leak": {"n_overlap": 1, "n_tasks": 2, "checked_files": []},
+            "infra_failures": 3}
+    old = {k: v for k, v in meta.items() if k not in ("request_stated_rate", "proper_end_rate", "pass1_ci95", "leak",
+                                                      "infra_failures")}
     evs = [{"episodes": eps, "meta": m, "passk": {1: 0.5}, "summary": {}, "params": {}, "key": k, "arm": None}
            for k, m in (("new", meta), ("old", old))]
     table = eval_table(evs, 200, 0.95)
     row = table.iloc[0]
     assert (row["request stated"], row["proper end"], row["pass^1 95% CI"]) == (0.25, 0.75, "[0.000, 1.000]")
     assert row["train/test overlap"] == "1/2"
+    assert row["episodes a server failed (not scored)"] == 3
     assert table.iloc[1][["request stated", "proper end", "pass^1 95% CI"]].isna().all()  # an older eval.json
     assert (row["agent T"], row["user T"]) == (None, None)  # not recorded: shown as missing, never as 0
 

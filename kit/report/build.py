@@ -180,6 +180,7 @@ def protocol_columns(meta: dict) -> dict:
             M.label(M.PASS1_CI95): _ci_text(meta.get(M.PASS1_CI95)),
             M.label(M.REQUEST_STATED_RATE): meta.get(M.REQUEST_STATED_RATE),
             M.label(M.PROPER_END_RATE): meta.get(M.PROPER_END_RATE),
+            M.label(M.INFRA_FAILURES): meta.get(M.INFRA_FAILURES),
             "train/test overlap": (f"{leak.get('n_overlap')}/{leak.get('n_tasks')}" if leak else None),
             "agent T": meta.get("temperature"), "user T": meta.get("user_temperature")}
 

@@ -55,6 +55,8 @@ class Outputs(StageOutputs):
     user_deviation_rate: Optional[float] = None
     request_stated_rate: Optional[float] = None
     proper_end_rate: Optional[float] = None
+    infra_failures: int = Field(default=0, description="Episodes a server failed (5xx, garbled answer): left "
+                                "out of every number here, run again by a rerun.")
     leak: Optional[dict] = None
     pass1_ci95: Optional[list] = Field(default=None, description="95% bootstrap interval of pass^1 "
                                        "(kit.eval.passk.pass1_interval: tasks, then trials, resampled).")
@@ -95,14 +97,15 @@ def run(config: Config, st) -> Outputs:
         st.warn(w)
     print(res.summary_line())
     st.log("eval", {M.pass_k(k): v for k, v in res.passk.items()}
-           | {k: res.meta[k] for k in (M.USER_DEVIATION_RATE, M.REQUEST_STATED_RATE, M.PROPER_END_RATE)
+           | {k: res.meta[k] for k in (M.USER_DEVIATION_RATE, M.REQUEST_STATED_RATE, M.PROPER_END_RATE, M.INFRA_FAILURES)
               if res.meta.get(k) is not None})
     out = Outputs(files={"eval": str(st.out_dir / "eval.json"), "episodes": str(st.out_dir / "episodes.csv")},
                   label=config.label or st.key, passk={str(k): v for k, v in res.passk.items()},
                   model=agent_spec, user_model=user_spec, tasks=res.meta["tasks"], trials=config.trials,
                   user_deviation_rate=res.meta[M.USER_DEVIATION_RATE], pass1_ci95=res.meta.get(M.PASS1_CI95),
                   request_stated_rate=res.meta.get(M.REQUEST_STATED_RATE),
-                  proper_end_rate=res.meta.get(M.PROPER_END_RATE), leak=res.meta.get("leak"))
+                  proper_end_rate=res.meta.get(M.PROPER_END_RATE), leak=res.meta.get("leak"),
+                  infra_failures=res.meta.get(M.INFRA_FAILURES) or 0)
     out._result = res
     return out
 
