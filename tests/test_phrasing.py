@@ -282,3 +282,22 @@ def test_a_tool_named_for_the_user_is_the_customers_account_in_the_generic_wordi
     text = Step("modify_user_address", {"address1": "1 Main St", "city": "Austin"}).phrase()
     assert text == "modify the account address with address1 '1 Main St' and city Austin"
     assert not [p for p in text_problems(text, (), "", second_person=False) if p.startswith("meta-text")]
+
+
+def test_the_customers_own_id_is_said_once_for_two_writes_and_lists_never_read_as_json():
+    """The airline engine run of 2026-12-03 (6a1024c) said "Your id in the system is omar_johnson_8493. Your
+    user id is omar_johnson_8493." for a certificate then a booking (one owner fact per write), and its
+    generic wording (15% of template scenarios) read the booking's flights as JSON ("flights [{...}]")."""
+    flights = [{"flight_number": "HAT039", "date": "2024-05-28"}]
+    people = [{"first_name": "Omar", "last_name": "Johnson", "dob": "1998-09-21"}]
+    book = {"user_id": "omar_johnson_8493", "origin": "ATL", "destination": "SEA", "flight_type": "one_way",
+            "cabin": "economy", "flights": flights, "passengers": people, "total_baggages": 1,
+            "nonfree_baggages": 0, "insurance": "no"}
+    request = Request("t", [Step("send_certificate", {"user_id": "omar_johnson_8493", "amount": 200}),
+                            Step("book_reservation", book)])
+    for seed in range(40):
+        for family in ("template", "free_form"):
+            st = P.scenario_text(request, seed=seed, family=family)
+            text = " ".join(x for x in (st.reason_for_call, st.known_info or "") if x)
+            assert text.count("omar_johnson_8493") == 1, text
+            assert "[{" not in text and "HAT039" in text, text

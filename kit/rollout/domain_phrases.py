@@ -34,7 +34,8 @@ def _address(s: dict) -> str:
 
 
 def _bags(s: dict) -> str:
-    return f"{s['total_baggages']} checked bags in total, {s['nonfree_baggages']} of them paid"
+    total = s["total_baggages"]
+    return f"{total} checked bag{'' if total == 1 else 's'} in total, {s['nonfree_baggages']} of them paid"
 
 
 # tool -> [(the arguments the phrase states, phrase(stated) -> text)]: the first whose arguments are

@@ -218,7 +218,9 @@ def _core(pick: _Pick, step: "Step", labels: dict, generic: bool) -> tuple[str, 
             ctx = pick(ctxs).format(l=label, L=_cap(label)) if (ctxs and label) else None
             return vp, ctx, {"status", tkey}
     plain = [k for k in args if not _is_owner(k)]
-    if not generic:  # the τ² domains' own wordings (domain_phrases.py), then the customer's words for looked-up values
+    # the τ² domains' own wordings (domain_phrases.py), then the customer's words for looked-up values; the
+    # generic wording is no option for a list or record value (it would read as JSON: "flights [{...}]")
+    if not generic or any(isinstance(args[k], (list, dict)) for k in plain):
         from kit.rollout.domain_phrases import render
 
         vp = render(step.tool, {k: args[k] for k in plain}, pick)
@@ -277,13 +279,16 @@ def scenario_text(request: "Request", seed: Any = None, labels: Optional[dict] =
     ask_for: list[str] = []
     vps, contexts = [], []
     withholding = ask_for_id and any(_is_owner(k) for s in steps for k in s.stated)
+    owners_said: set[tuple[str, str]] = set()  # the customer's own id is said once, not once per write
     for i, step in enumerate(steps):
         vp, ctx, done = _core(pick, step, labels, generic)
         if ctx and i == 0:
             contexts.append(ctx)
         for key, v in step.stated.items():
-            if key in done:
+            if key in done or (_is_owner(key) and (key, str(v)) in owners_said):
                 continue
+            if _is_owner(key):
+                owners_said.add((key, str(v)))
             withhold = ask_for_id and _is_owner(key)
             # a fact about the record ("the description ...") only once the request named it; when the
             # customer withholds their id, the known info holds that alone (it is their answer when asked)
