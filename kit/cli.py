@@ -233,6 +233,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     print(f"  mix: {' '.join(f'{k}:{v}' for k, v in sorted(rep['kinds'].items()))}; with a write "
           f"{rep['write_share']}; write tools covered {rep['write_tools_covered']}/{n_writes}: "
           + " ".join(f"{k}:{v}" for k, v in rep["write_tools"].items()))
+    if rep["device_actions"]:
+        print("  device fixes (the user's own actions): "
+              + " ".join(f"{k}:{v}" for k, v in rep["device_actions"].items()))
     return 0 if not rep["problems"] else 1
 
 

@@ -53,6 +53,7 @@ gold_dialogues = True  # Also write each accepted task's gold-replay dialogue to
 choice_temperature = 1.0  # Softmax temperature of constrained choices.
 max_similarity = 0.75  # Near-duplicate plan threshold.
 max_lookup_share = 0.25  # Most read-only (lookup) plans the meta-planner writes, as a share of num_plans (rounded down): a tau2 agent is trained on writes under policy; 1: no cap.
+device_fix_share = 0.25  # Plans whose task the customer fixes on their own phone (telecom's device faults: airplane mode, SIM, mobile data, roaming abroad, data saver, network mode), as a share of num_plans (rounded; a domain without device faults has none).
 wandb = True  # Log round metrics to W&B (offline unless WANDB_MODE says otherwise).
 
 # --- set by `kit run` (leave as None when running this notebook by hand) ---

@@ -8,7 +8,8 @@ domain's coded policy rules (kit/envs/rules); no two accepted tasks are duplicat
 solution, nearly the same text: the engine's `duplicate` check, rerun over the whole set); and it
 counts the SFT samples the grounding check dropped (rounds.csv). Ids must be unique in every file: a resumed
 run that duplicated or lost a record fails here. The report also gives the task mix (kinds,
-tasks per write tool, share with a write, write tools covered), counted from tasks.jsonl.
+tasks per write tool, share with a write, write tools covered, the user's device actions of the
+device_fix tasks), counted from tasks.jsonl.
 """
 
 from __future__ import annotations
@@ -71,11 +72,14 @@ def audit_run(out_dir: str | Path) -> dict:
     ungrounded = sum(int(row.get("sft_ungrounded") or 0) for row in _rounds(out))
     writes = frozenset(n for n in domain.tool_names("assistant") if domain.tool_kind(n) == "write")
     mix = task_mix(tasks, writes)
+    device = Counter(a.name for t in tasks for a in (t.evaluation_criteria.actions or [])
+                     if a.requestor == "user" and domain.is_write_tool(a.name, "user"))
     return {"out_dir": str(out), "domain": domain.name, "referee": referee, "tasks": len(tasks),
             "gold_reward_1": sum(r == 1.0 for r in rewards.values()), "rule_refusals": rule_refusals,
             "sft_ungrounded": ungrounded, "kinds": dict(mix.kinds), "write_share": mix.write_share,
             "write_tools": {n: mix.tools.get(n, 0) for n in sorted(writes)},
-            "write_tools_covered": len(writes & set(mix.tools)), "problems": problems}
+            "write_tools_covered": len(writes & set(mix.tools)), "device_actions": dict(sorted(device.items())),
+            "problems": problems}
 
 
 def _rounds(out: Path) -> list[dict]:

@@ -47,6 +47,10 @@ class EngineKnobs(BaseModel):
     max_lookup_share: float = Field(default=0.25, ge=0.0, le=1.0, description="Most read-only (lookup) plans the "
                                     "meta-planner writes, as a share of num_plans (rounded down): a tau2 agent is "
                                     "trained on writes under policy; 1: no cap.")
+    device_fix_share: float = Field(default=0.25, ge=0.0, le=1.0, description="Plans whose task the customer "
+                                    "fixes on their own phone (telecom's device faults: airplane mode, SIM, mobile "
+                                    "data, roaming abroad, data saver, network mode), as a share of num_plans "
+                                    "(rounded; a domain without device faults has none).")
     wandb: bool = Field(default=True, description="Log round metrics to W&B (offline unless WANDB_MODE says otherwise).")
 
 

@@ -4,7 +4,10 @@ A plan pair is (synthesis plan, evaluation plan) over one *slice* of the domain:
 
   intent     lookup (read tools only, the agent must tell a fact) | change (one write)
              | multi_change (two writes) | lookup_change (a read, then one write that uses an id it
-             returned: the customer names themself, the agent looks the id up)
+             returned: the customer names themself, the agent looks the id up) | refuse (a write the
+             policy forbids) | device_fix (a fault on the customer's phone that the customer fixes
+             with their own tools as the agent guides them; tools: the gold's writes, the user's
+             device action last: kit/envs/arguments/device.py)
   tools      the tool pattern: which agent tools the gold actions use, in order
   persona    who the simulated user is
   edge       how the dialogue is harder than a plain request (facts only on request,
@@ -132,7 +135,20 @@ def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tup
     from kit.envs.arguments.forbidden import refusal_tools
 
     refusals = [("refuse", [w]) for w in refusal_tools(domain.name) if w in writes]
-    return out + lookups[:max(1, max_pairs // 2)] + refusals
+    return out + lookups[:max(1, max_pairs // 2)] + refusals + device_fix_patterns(domain)
+
+
+def device_fix_patterns(domain: Domain) -> list[tuple[str, list[str]]]:
+    """("device_fix", tools) per device fault pattern of the domain (kit/envs/arguments/device.py; telecom)."""
+    from kit.envs.arguments.device import device_patterns
+
+    user_tools = set(domain.tool_names("user"))
+    return [("device_fix", list(p)) for p in device_patterns(domain.name) if p[-1] in user_tools]
+
+
+def device_fix_cap(n: int, share: Optional[float]) -> int:
+    """How many of n plans are device fixes at `share` (rounded; None or 0: none)."""
+    return int(round((share or 0.0) * n))
 
 
 def _shingles(text: str, n: int = 3) -> set[str]:
@@ -169,13 +185,17 @@ def write_plan_texts(chooser: Chooser, prompts: Prompts, sl: Slice) -> tuple[str
 
 def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_similarity: float = 0.75,
               seed: int = 0, max_tries: Optional[int] = None,
-              max_lookup_share: Optional[float] = None) -> tuple[list[PlanPair], dict]:
+              max_lookup_share: Optional[float] = None,
+              device_fix_share: Optional[float] = None) -> tuple[list[PlanPair], dict]:
     """N plan pairs for the domain; returns (plans, stats with rejected near-duplicates). At most
     int(max_lookup_share × n) of them are read-only (intent `lookup`; None: no cap): a domain with many
     read tools (airline: 6 reads, 6 writes) otherwise spends a third of its plans on lookups. Until every
-    write tool is in some plan, the patterns offered are those holding a write tool no plan has yet."""
+    write tool is in some plan, the patterns offered are those holding a write tool no plan has yet.
+    Exactly round(device_fix_share × n) of them are device fixes where the domain has device faults (the
+    last ones: the slots they need are kept for them, the patterns of the rest offered first)."""
     patterns = tool_patterns(domain, seed=seed)
     lookup_cap = n if max_lookup_share is None else int(max_lookup_share * n)
+    device_cap = device_fix_cap(n, device_fix_share) if device_fix_patterns(domain) else 0
     if not patterns:
         raise ValueError(f"domain {domain.name!r} has no read or write tools for the meta-planner to plan over")
     tools_line = ", ".join(n for n in domain.tool_names("assistant") if n not in GENERIC_TOOLS)
@@ -196,6 +216,10 @@ def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_si
                    and (p[0] != "refuse" or refusals < max(1, n // 8))] or patterns
         covered = {t for p in plans if p.slice.intent != "refuse" for t in p.slice.tools}
         allowed = [p for p in allowed if p[0] != "refuse" and set(p[1]) & (writes - covered)] or allowed
+        devices = sum(p.slice.intent == "device_fix" for p in plans)
+        owed = device_cap - devices  # device plans still to write: the last slots are theirs
+        allowed = ([p for p in patterns if p[0] == "device_fix"] if 0 < owed >= n - len(plans)
+                   else [p for p in allowed if p[0] != "device_fix"] or [p for p in patterns if p[0] != "device_fix"])
         least = min(used_patterns.get(">".join(t), 0) for _, t in allowed)
         fresh = [p for p in allowed if used_patterns.get(">".join(p[1]), 0) == least]
         pi = chooser.choose(prompts.render("meta_planner", **base, slice="the tool pattern"),

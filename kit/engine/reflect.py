@@ -35,7 +35,7 @@ from typing import Optional
 
 from kit.engine.choice import Chooser
 from kit.engine.edits import Edit, Harder, Hint, Keep, Persona, Simplify, SwitchTools
-from kit.engine.plans import PERSONAS, PlanPair, Slice, tool_patterns
+from kit.engine.plans import PERSONAS, PlanPair, Slice, device_fix_cap, tool_patterns
 from kit.engine.prompts import Prompts
 from kit.engine.records import Check, SynthesisFailure
 from kit.envs.domain import Domain
@@ -51,10 +51,11 @@ HINTS = {
 
 
 def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict,
-           coverage: Optional[Counter] = None, lookup_room: bool = True) -> list[Edit]:
+           coverage: Optional[Counter] = None, lookup_room: bool = True, device_room: bool = True) -> list[Edit]:
     """The edits the evidence allows. `coverage`: tool pattern -> plans holding it in the next round so
     far (this plan included); None = no coverage guard (module docstring). `lookup_room`: False when the
-    next round already holds its most read-only plans (max_lookup_share): no switch to a lookup."""
+    next round already holds its most read-only plans (max_lookup_share): no switch to a lookup. `device_room`:
+    the same for device fixes (device_fix_share)."""
     sl = plan.slice
     rejections: Counter = stats["rejections"]
     failures: Counter = stats["failures"]
@@ -83,7 +84,8 @@ def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict,
         for intent, tools in tool_patterns(domain):
             key = ">".join(tools)
             acc, n = pattern_stats.get(key, (0, 0))
-            if key == current or not room(key) or (intent == "lookup" and not lookup_room):
+            if key == current or not room(key) or (intent == "lookup" and not lookup_room) \
+                    or (intent == "device_fix" and not device_room):
                 continue
             if n and acc / n > own:
                 edits.append(SwitchTools(tools=tuple(tools)))
@@ -117,20 +119,26 @@ def _apply(domain: Domain, plan: PlanPair, edit: Edit) -> Slice:
 
 def reflect(domain: Domain, plans: list[PlanPair], stats_by_plan: dict[str, dict], examples: dict[str, list[str]],
             chooser: Chooser, prompts: Prompts, round_idx: int,
-            pattern_stats: dict | None = None, max_lookup_share: Optional[float] = None) -> list[PlanPair]:
+            pattern_stats: dict | None = None, max_lookup_share: Optional[float] = None,
+            device_fix_share: Optional[float] = None) -> list[PlanPair]:
     """Next round's plans. `pattern_stats`: tool pattern "a>b" -> (accepted, proposals) this round.
     `max_lookup_share`: at most int(share × plans) read-only plans after the edits (None: no cap); on
-    airline the lookups are the plans that succeed, and switching to them would drain the writes."""
+    airline the lookups are the plans that succeed, and switching to them would drain the writes.
+    `device_fix_share`: no switch to a device fix past round(share × plans) of them (None: no cap); a
+    device fix is accepted nearly always, and switches to it would crowd out the writes under policy."""
     pattern_stats = pattern_stats or {}
     lookup_cap = len(plans) if max_lookup_share is None else int(max_lookup_share * len(plans))
     lookups = sum(p.slice.intent == "lookup" for p in plans)
+    device_cap = len(plans) if device_fix_share is None else device_fix_cap(len(plans), device_fix_share)
+    devices = sum(p.slice.intent == "device_fix" for p in plans)
     evidence = "; ".join(f"{k}: {a}/{n} accepted" for k, (a, n) in sorted(pattern_stats.items())) or "none"
     out = []
     coverage = Counter(">".join(p.slice.tools) for p in plans)
     for plan in plans:
         st = stats_by_plan.get(plan.id) or {"proposals": 0, "accepted": 0, "rejections": Counter(),
                                              "failures": Counter()}
-        edits = _edits(domain, plan, st, pattern_stats, coverage, lookup_room=lookups < lookup_cap)
+        edits = _edits(domain, plan, st, pattern_stats, coverage, lookup_room=lookups < lookup_cap,
+                       device_room=devices < device_cap)
         msgs = prompts.render(
             "reflector", domain=domain.name, synthesis=plan.synthesis, slice=plan.slice.describe(),
             proposals=st["proposals"], accepted=st["accepted"],
@@ -143,6 +151,7 @@ def reflect(domain: Domain, plans: list[PlanPair], stats_by_plan: dict[str, dict
         coverage[">".join(plan.slice.tools)] -= 1
         coverage[">".join(new.slice.tools)] += 1
         lookups += (new.slice.intent == "lookup") - (plan.slice.intent == "lookup")
+        devices += (new.slice.intent == "device_fix") - (plan.slice.intent == "device_fix")
         if isinstance(edit, Hint):
             new.hints.append(edit.line)
         if not isinstance(edit, (Keep, Hint)):

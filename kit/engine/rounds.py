@@ -59,7 +59,7 @@ class RoundRow:
     user_deviation_rate: Optional[float]  # kit.metrics.USER_DEVIATION_RATE
     diversity: float                # of the plans' text and slices (kit/engine/plans.py)
     # the realized task mix of the round's accepted tasks (task_mix): what the plans actually made
-    kinds: str                      # tasks per kind, "one_write:5 lookup_write:2" (TASK_KINDS)
+    kinds: str                      # tasks per kind, "one_write:5 lookup_write:2 device_fix:1" (TASK_KINDS)
     tools: str                      # tasks per tool their gold actions call, "cancel_reservation:3 ..."
     write_share: Optional[float]    # accepted tasks with at least one write
     write_coverage: Optional[float]  # the domain's write tools some accepted task calls, of all of them
@@ -79,13 +79,16 @@ ROUND_COLUMNS = [f.name for f in fields(RoundRow)]
 
 
 # what a task asks of the agent, from its gold actions (task_kind)
-TASK_KINDS = ("lookup", "one_write", "lookup_write", "two_writes")
+TASK_KINDS = ("lookup", "one_write", "lookup_write", "two_writes", "device_fix")
 
 
 def task_kind(actions: list, writes: frozenset[str]) -> str:
     """A task's kind from its gold actions (tau2 Action dicts or objects, in order) and the names of the
-    domain's write tools: `lookup` (no write), `one_write`, `lookup_write` (a read, then one write: the
+    domain's write tools: `device_fix` (the user acts on their own device: a gold action whose requestor is
+    "user", telecom), `lookup` (no write), `one_write`, `lookup_write` (a read, then one write: the
     agent finds what the write needs), `two_writes` (two or more writes)."""
+    if any((a.get("requestor") if isinstance(a, dict) else getattr(a, "requestor", None)) == "user" for a in actions):
+        return "device_fix"
     names = [a["name"] if isinstance(a, dict) else a.name for a in actions]
     w = [i for i, n in enumerate(names) if n in writes]
     if not w:
@@ -118,7 +121,8 @@ class TaskMix:
 
     @property
     def write_share(self) -> Optional[float]:
-        """The share of tasks with a write (a refusal has none: the agent must decline it)."""
+        """The share of tasks with a write (a refusal has none: the agent must decline it; a device fix has the
+    user's)."""
         return round(1 - (self.kinds.get("lookup", 0) + self.kinds.get("refusal", 0)) / self.n, 4) if self.n else None
 
     @property

@@ -188,7 +188,8 @@ class Engine:
         self.chooser.reseed(_seed(self.cfg.seed, "meta-plan"))
         plans, stats = meta_plan(self.domain, self.cfg.num_plans, self.chooser, self.prompts,
                                  max_similarity=self.cfg.max_similarity, seed=self.cfg.seed,
-                                 max_lookup_share=self.cfg.max_lookup_share)
+                                 max_lookup_share=self.cfg.max_lookup_share,
+                                 device_fix_share=self.cfg.device_fix_share)
         save_plans(path, plans)
         atomic_write(self.out / "plans" / "meta_planner.json", json.dumps(stats, indent=1))
         self.prompts.save(self.out / "prompts" / "round_0", plans)
@@ -348,7 +349,7 @@ class Engine:
             stats, examples, patterns = plan_feedback(plans, units)
             self.chooser.reseed(_seed(self.cfg.seed, r, "reflect"))
             new = reflect(self.domain, plans, stats, examples, self.chooser, self.prompts, r, patterns,
-                          max_lookup_share=self.cfg.max_lookup_share)
+                          max_lookup_share=self.cfg.max_lookup_share, device_fix_share=self.cfg.device_fix_share)
         save_plans(self._plans_path(r + 1), new)
         self.prompts.save(self.out / "prompts" / f"round_{r + 1}", new)
 

@@ -35,6 +35,8 @@ offers, see kit/engine/choice.py):
                customer withhold their own id until the agent asks (`ask_for`: the gold dialogue
                holds the question and the answer); otherwise the gold dialogue states the whole
                request in its first user turn.
+  device_fix   (telecom) instead of 1.-4.: a fault on the customer's phone, fixed by the customer's own
+               device actions as the agent guides them (`_device_fix`, kit/envs/arguments/device.py).
   5. package   a tau2 Task: user scenario (persona + structured instructions), gold actions
                (the reads whose results the writes used, then the writes), communicate_info
                for lookups, reward basis DB (+ COMMUNICATE), and in description.notes the plan,
@@ -380,6 +382,8 @@ class Synthesizer:
         return prop
 
     def _propose(self, plan: PlanPair, prop: Proposal, task_id: str, rng: random.Random) -> None:
+        if plan.slice.intent == "device_fix":
+            return self._device_fix(plan, prop, task_id, rng)
         world = sample_world(self.domain.name, rng)
         initial = InitialState(initialization_data=InitializationData(agent_data=world)) if world else None
         self.start = Task(id=task_id, user_scenario=UserScenario(instructions="(being written)"), initial_state=initial)
@@ -424,6 +428,55 @@ class Synthesizer:
                 actions=actions, communicate_info=[info] if info else None,
                 reward_basis=["DB", "COMMUNICATE"] if info else ["DB"]),
         )
+
+    def _device_fix(self, plan: PlanPair, prop: Proposal, task_id: str, rng: random.Random) -> None:
+        """A fault on the customer's phone that they fix themselves as the agent guides them
+        (kit/envs/arguments/device.py): the model picks the faulty phone among the database's active lines;
+        the task's initialization breaks it (tau2's user-side initialization actions, and the line's roaming
+        where the fault is the line's too); the gold holds the user's check and fix (requestor "user") and the
+        agent's reads and write where the line needs one; tau2's env assertions check the symptom is gone.
+        The scenario states the symptom in the customer's words (code: a model's prose could name the cause,
+        which the customer does not know)."""
+        from kit.engine.validate import evaluation_action_keys
+        from kit.envs.arguments.device import device_candidates, device_task
+        from kit.eval.leak import gold_action_keys
+
+        sl = plan.slice
+        cands = device_candidates(self.domain.name, self.domain.fork(None).agent_db, rng, sl.tools, limit=MAX_OPTIONS)
+        if cands is None:
+            raise _NoTask(SynthesisFailure.NO_ARGUMENTS, f"{self.domain.name} has no device fault fixed by "
+                          f"{' then '.join(sl.tools)}")
+        notes = tagged_notes({"plan": plan.id, "slice": sl.describe(), "evaluation_plan": plan.evaluation,
+                              "generator": "kit.engine.synthesize (model-chosen, constrained)"},
+                             shape="device_fix:" + ">".join(sl.tools), phrasing="template")
+        drafts = [device_task(self.domain, c, task_id, random.Random(rng.random()), persona=sl.persona,
+                              purpose=plan.synthesis, notes=notes) for c in cands]
+        # never propose what the held-out check refuses: the whole solution of an evaluation task (tau2's
+        # telecom tasks are all on one phone); then faults no accepted task has fixed yet
+        evals = list(evaluation_action_keys(self.domain).values())
+        kept = [(c, t) for c, t in zip(cands, drafts) if not any(k <= gold_action_keys(t) for k in evals)]
+        if self.taken is not None and kept:
+            done = self.taken()
+            kept = [(c, t) for c, t in kept if not gold_action_keys(t) <= done] or kept
+        if not kept:
+            raise _NoTask(SynthesisFailure.NO_ARGUMENTS, f"no phone left for {' then '.join(sl.tools)} "
+                          "outside the evaluation tasks")
+        msgs = self.prompts.render("synth_call", domain=self.domain.name, synthesis=plan.synthesis, hints=plan.hints,
+                                   tool=sl.tools[-1], tool_description="a fault on the customer's phone to fix")
+        cand, task = kept[self.chooser.choose(msgs, [c.summary for c, _ in kept], what="device fault")]
+        self.start = task
+        env = self.domain.fork(task)
+        before = env.fingerprint()
+        for a in task.evaluation_criteria.actions:
+            obs = env.execute(a.name, dict(a.arguments), a.requestor)
+            if obs.error:
+                raise _NoTask(SynthesisFailure.GOLD_ACTION_ERROR, f"{a.name}({a.arguments}) by {a.requestor}: "
+                              f"{obs.content[:160]}")
+        prop.gold_fingerprint = env.fingerprint()
+        prop.state_changed = prop.gold_fingerprint != before
+        task.description.notes = tagged_notes(json.loads(notes), shape="device_fix:" + ">".join(sl.tools),
+                                              phrasing="template", device=cand.fault)
+        prop.task = task
 
     def _lookup(self, plan, pool, explored, rng) -> tuple[list[Call], str]:
         tool = plan.slice.tools[0]

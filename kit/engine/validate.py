@@ -3,8 +3,9 @@
 Checks, in order (every failing check becomes a `Rejection`: its `Check` and a detail; kit/engine/records.py):
   gold_runs        every gold action executes without error from the initial state
   changes_state    a task with writes changes the database; a lookup has info to communicate
-  grounded_args    every argument value of every gold action is stated in the user scenario
-                   or returned by an earlier gold tool call
+  grounded_args    every argument value of every gold action of the agent is stated in the user
+                   scenario or returned by an earlier gold tool call (a user's device action takes
+                   its values from the agent's instruction)
   held_out         the gold actions (tool + arguments) do not contain every gold action of an
                    evaluation task (the domain's default task set and the kit's held-out set,
                    kit/data): the engine never trains on a solution evaluation scores (the rule
@@ -83,7 +84,8 @@ def executable_checks(domain: Domain, task) -> list[Rejection]:
     before = env.fingerprint()  # O(changed records); tau2's full-dump hash took ~1 s on airline
     said = _scenario_text(task)
     for a in crit.actions or []:
-        for k, v in a.arguments.items():
+        # a user's device action (telecom's toggle_data, ...) takes its arguments from the agent's instruction
+        for k, v in (a.arguments.items() if a.requestor == "assistant" else ()):
             if not all(str(leaf).lower() in said for leaf in _leaves(v)):
                 reasons.append(Rejection(Check.GROUNDED_ARGS, f"{a.name}.{k}={v!r} is neither in the scenario "
                                          "nor returned by an earlier gold call"))

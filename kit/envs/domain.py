@@ -246,9 +246,12 @@ class Domain:
         episode.replay(history or [])
         return episode
 
-    def gold_state(self, task: Task) -> EpisodeEnv:
-        """The state the task's gold actions reach (cached per task content)."""
-        key = hashlib.sha256(task.model_dump_json().encode()).hexdigest()
+    def gold_state(self, task: Task, sync: bool = True) -> EpisodeEnv:
+        """The state the task's gold actions reach (cached per task content). `sync=False`: as tau2's
+        EnvironmentEvaluator plays them for its DB check (make_tool_call, no sync after each): telecom's
+        phone then never learns of a gold write to its line (roaming enabled); the verifier compares with
+        this one, the code checker (kit/checkers/codegen.py) with the state a gold episode really ends in."""
+        key = hashlib.sha256(task.model_dump_json().encode()).hexdigest() + ("" if sync else ":nosync")
         with _LOCK:
             hit = self._gold.get(key)
             if hit is not None:
@@ -256,7 +259,7 @@ class Domain:
                 return hit
         env = self.fork(task)
         for action in (task.evaluation_criteria.actions if task.evaluation_criteria else None) or []:
-            env.execute(action.name, dict(action.arguments), action.requestor)
+            env.execute(action.name, dict(action.arguments), action.requestor, sync=sync)
         with _LOCK:
             self._gold[key] = env
             while len(self._gold) > self.GOLD_CACHE_SIZE:

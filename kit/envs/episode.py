@@ -114,11 +114,14 @@ class EpisodeEnv:
         return [("agent", self.agent_db)] + ([("user", user)] if user is not None else [])
 
     # -- tools --------------------------------------------------------------------------
-    def execute(self, name: str, arguments: dict, requestor: Requestor = "assistant") -> Observation:
-        """tau2's `get_response`: run the tool, sync, serialize; exceptions become 'Error: ...'."""
+    def execute(self, name: str, arguments: dict, requestor: Requestor = "assistant", sync: bool = True) -> Observation:
+        """tau2's `get_response`: run the tool, sync, serialize; exceptions become 'Error: ...'.
+        `sync=False`: tau2's bare `make_tool_call`, as its evaluator plays the gold actions (telecom's
+        phone then does not learn of a change to its line, e.g. roaming enabled, until the next sync)."""
         try:
             resp = self.env.make_tool_call(name, requestor=requestor, **arguments)
-            self.env.sync_tools()
+            if sync:
+                self.env.sync_tools()
             error = False
         except Exception as e:  # tau2 turns every tool exception into an observation
             resp, error = f"Error: {e}", True

@@ -39,17 +39,40 @@ def action_key(name: str, arguments) -> tuple[str, str]:
                                   separators=(",", ":"), default=str))
 
 
+DEVICE_KEY = "@device"
+
+
+def _device(task: dict) -> Optional[str]:
+    """The phone a task's user holds (telecom: the number its initialization gives set_user_info), or None."""
+    for a in ((task.get("initial_state") or {}).get("initialization_actions") or []):
+        if a.get("env_type") == "user" and a.get("func_name") == "set_user_info":
+            return (a.get("arguments") or {}).get("phone_number")
+    return None
+
+
 def _actions_of_task_dict(task: dict) -> list[tuple[str, str]]:
+    """A user's device action (requestor "user": toggle_data(), ...) is keyed with the phone it acts on
+    (DEVICE_KEY): without it, turning mobile data on for one customer would be the whole solution of
+    every task whose fix is turning mobile data on (tau2's own telecom tasks all use one phone)."""
     crit = task.get("evaluation_criteria") or {}
-    return [action_key(a.get("name"), a.get("arguments")) for a in (crit.get("actions") or []) if a.get("name")]
+    device = _device(task)
+    out = []
+    for a in crit.get("actions") or []:
+        if not a.get("name"):
+            continue
+        args = a.get("arguments")
+        if a.get("requestor") == "user" and device is not None and isinstance(args, dict):
+            args = {**args, DEVICE_KEY: device}
+        out.append(action_key(a.get("name"), args))
+    return out
 
 
 def gold_action_keys(task) -> set[tuple[str, str]]:
-    """(tool name, sorted-JSON arguments) of a task's gold actions (a tau2 Task or its dict)."""
-    if isinstance(task, dict):
-        return set(_actions_of_task_dict(task))
-    crit = task.evaluation_criteria
-    return {action_key(a.name, dict(a.arguments or {})) for a in ((crit.actions if crit else None) or [])}
+    """(tool name, sorted-JSON arguments) of a task's gold actions (a tau2 Task or its dict); a user's
+    device action carries the phone it acts on (`_actions_of_task_dict`)."""
+    if not isinstance(task, dict):
+        task = task.model_dump(mode="json", include={"initial_state", "evaluation_criteria"})
+    return set(_actions_of_task_dict(task))
 
 
 def _keys_of_record(rec) -> set[tuple[str, str]]:

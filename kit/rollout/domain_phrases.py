@@ -121,3 +121,54 @@ def render(tool: str, stated: dict, pick: Callable[[list], Any]) -> Optional[str
         if all(leaf.lower() in low for v in stated.values() for leaf in _leaves(v, set())):
             return text
     return None
+
+
+# ----- telecom's device steps: what the agent asks the customer to do on their phone ---------------
+# tool -> options of the agent's words (the arguments given): a read asks the customer to look and say what the
+# phone shows; a write names the change (the cause, which the customer's last report showed, then the step).
+# Values a call needs are in the words (set_network_mode_preference's mode), so the user's call is grounded.
+DEVICE_STEPS: dict[str, list[Callable[[dict], str]]] = {
+    "check_status_bar": [lambda a: "Could you look at the status bar at the top of your phone's screen and tell me "
+                                   "what it shows?",
+                         lambda a: "What icons do you see in the status bar at the top of your phone?"],
+    "check_network_status": [lambda a: "Could you check your phone's network status and tell me what it shows?",
+                             lambda a: "Please open your phone's network settings and read me what they say."],
+    "check_sim_status": [lambda a: "Could you check the status of the SIM card in your phone and tell me what it "
+                                   "says?"],
+    "check_data_restriction_status": [lambda a: "Could you check whether any data-limiting setting, such as Data "
+                                                "Saver, is on in your phone?"],
+    "check_network_mode_preference": [lambda a: "Could you check which network mode your phone is set to prefer?"],
+    "run_speed_test": [lambda a: "Please run a speed test on your phone and tell me the result."],
+    "toggle_airplane_mode": [lambda a: "Airplane mode is on, and it blocks every connection. Please turn airplane "
+                                       "mode off.",
+                             lambda a: "That plane icon means airplane mode is on. Please switch airplane mode off."],
+    "reseat_sim_card": [lambda a: "Your phone does not detect its SIM card. Please take the SIM card out and put it "
+                                  "back in firmly.",
+                        lambda a: "The SIM card is not being read. Please remove the SIM card and reinsert it."],
+    "toggle_data": [lambda a: "Mobile data is switched off on your phone. Please turn mobile data on.",
+                    lambda a: "Your mobile data setting is off. Please switch mobile data back on."],
+    "toggle_roaming": [lambda a: "Data roaming is off on your phone, and abroad you need it. Please turn data "
+                                 "roaming on.",
+                       lambda a: "Your phone has data roaming switched off. Please switch data roaming on."],
+    "toggle_data_saver_mode": [lambda a: "Data Saver is on, and it slows your connection down. Please turn Data "
+                                         "Saver off."],
+    "set_network_mode_preference": [lambda a: "Your phone is set to an old, slow network type. Please set the "
+                                              f"preferred network mode to {a.get('mode')}."],
+    "reboot_device": [lambda a: "Please restart your phone."],
+    "make_payment": [lambda a: "Please pay the payment request I have just sent you."],
+}
+
+
+def device_ask(tool: str, arguments: dict, pick: Callable[[list], Any]) -> str:
+    """The agent's words asking the customer to run `tool` (a user tool) on their phone."""
+    options = DEVICE_STEPS.get(tool)
+    if options:
+        return pick(options)(arguments)
+    args = "".join(f", with {k.replace('_', ' ')} {v}" for k, v in arguments.items())
+    return f"Please {tool.replace('_', ' ')} on your phone{args}."
+
+
+def device_report(result: str, read: bool) -> str:
+    """The customer's words after running a tool on their phone: what the phone showed, as it showed it."""
+    shown = " ".join((result or "").split())
+    return (f"Here is what my phone shows: {shown}" if read else f"Okay, I did that. My phone now says: {shown}")

@@ -60,12 +60,15 @@ def min_episode_steps(task) -> int:
     """Steps (messages after the agent's greeting) a perfect dialogue takes to end with a stop, the
     only endings that can score: the user's request, the agent's question and the user's answer
     for facts the user gives only when asked (kit/rollout/request.py: asked_exchange), a call and its
-    result per gold action, the agent's answer and the user's stop. (A task without gold actions: 3.)"""
+    result per gold action of the agent, four per device step of the user (the agent's request, the user's
+    call, its result, the user's report), the agent's answer and the user's stop. (A task without gold
+    actions: 3.)"""
     from kit.tags import task_notes
 
     criteria = getattr(task, "evaluation_criteria", None)
-    actions = [a for a in (getattr(criteria, "actions", None) or []) if getattr(a, "requestor", "assistant") == "assistant"]
-    return 3 + 2 * len(actions) + 2 * bool(task_notes(task).get("ask_for"))
+    every = getattr(criteria, "actions", None) or []
+    actions = [a for a in every if getattr(a, "requestor", "assistant") == "assistant"]
+    return 3 + 2 * len(actions) + 4 * (len(every) - len(actions)) + 2 * bool(task_notes(task).get("ask_for"))
 
 
 def step_budget_warning(tasks: list, max_messages: int, what: str = "max_messages") -> Optional[str]:

@@ -3,9 +3,9 @@
 `ScriptedAgent` and `ScriptedUser` speak the kit's Backend interface, so they run through
 exactly the code path a model does (views, batching, tool execution, termination). Both
 are bound to one task (run one `run_episodes` call per task). The agent makes its gold
-tool calls in order, asks the user to do theirs (telecom device actions) when the gold
-sequence says so, and ends with a message stating every fact to communicate plus
-###STOP###. The user performs its gold actions when asked and reports "[done N]".
+tool calls in order, asks the user to do theirs (telecom device actions) one at a time, in
+words (kit/rollout/domain_phrases.py: device_ask), and ends with a message stating every fact
+to communicate plus ###STOP###. The user performs its gold actions when asked and reports "[done N]".
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import re
 
 from kit.llm.types import Backend, Completion, SamplingParams, ToolCall
 from kit.replay import gold_actions, gold_final_text
+from kit.rollout.domain_phrases import device_ask
+from kit.rollout.phrasing import _Pick
 
 _DONE = re.compile(r"\[done (\d+)\]")
 
@@ -34,6 +36,7 @@ class _Scripted(Backend):
         self.gold = list(enumerate(gold_actions(task)))
         hist = task.initial_state.message_history if task.initial_state else None
         self.history = len(hist or [])
+        self.pick = _Pick(task.id, "device")
 
     def generate_batch(self, conversations, tools=None, params=None):
         n = (params.n if isinstance(params, SamplingParams) else (params or {}).get("n", 1)) or 1
@@ -44,15 +47,12 @@ class ScriptedAgent(_Scripted):
     def step(self, conv: list[dict]) -> Completion:
         made = sum(len(m.get("tool_calls") or []) for m in conv[1 + self.history:] if m["role"] == "assistant")
         done = max([int(x) for m in conv if m["role"] == "user" for x in _DONE.findall(m.get("content") or "")] or [0])
-        mine = [(i, a) for i, a in self.gold if a.requestor == "assistant"]
-        theirs = [i for i, a in self.gold if a.requestor == "user"]
-        if made < len(mine):
-            i, a = mine[made]
-            if sum(1 for j in theirs if j < i) > done:
-                return _text("Please do the steps on your device now and tell me when you are done.")
+        pos = made + done  # gold actions carried out so far (the gold runs in order)
+        if pos < len(self.gold):
+            i, a = self.gold[pos]
+            if a.requestor == "user":  # one device step at a time, asked for in words
+                return _text(device_ask(a.name, dict(a.arguments), self.pick))
             return _calls([(i, a)], f"a{made}")
-        if len(theirs) > done:
-            return _text("Please do the remaining steps on your device and tell me when you are done.")
         return _text(gold_final_text(self.task) + " ###STOP###")
 
 
@@ -65,11 +65,6 @@ class ScriptedUser(_Scripted):
             return _text(f"I did that. [done {made}]")
         if not mine and self.history == 0:
             return _text("Hi, I need some help with my account.")
-        if made < len(theirs):
-            segment = []
-            for i, a in self.gold[theirs[made][0]:]:
-                if a.requestor != "user":
-                    break
-                segment.append((i, a))
-            return _calls(segment, f"u{made}")
+        if made < len(theirs):  # the agent spoke while a device step is due: it asked for it
+            return _calls([theirs[made]], f"u{made}")
         return _text(f"Okay. [done {made}]")
