@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,48 @@ def test_the_runner_reports_the_failure_json_a_launched_process_wrote(tmp_path, 
         assert not e.value.user_error
     info = json.loads((sdir / "stage.json").read_text())
     assert info["error"] == msg.splitlines()[0].removeprefix("stage 'sft_agent' failed: ")
+
+
+RANK_PROCESS = """
+import sys, time
+rank = int(sys.argv[1])
+if rank == 1:
+    print("DistNetworkError: the rendezvous port is taken", flush=True)
+    sys.exit(1)
+print("machine 0 waits at the rendezvous for its peer", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_machine_rank_that_fails_stops_the_ranks_waiting_for_it(tmp_path, monkeypatch):
+    """Two machine ranks on loopback: rank 1's launcher fails at once, rank 0's would wait for it at the
+    rendezvous for minutes (torch's timeout). The stage fails within the grace period, naming rank 1,
+    with rank 1's log's tail, and rank 0's process group is stopped. (The launchers are stand-ins for
+    `accelerate launch`: this is about the runner's waiting.)"""
+    import kit.runner.launch as launch
+    from kit.runner.execute import LaunchExecutor, Runner, StageFailed
+
+    monkeypatch.setattr(launch, "command", lambda spec, spec_file, machine_rank=0: (
+        [sys.executable, "-c", RANK_PROCESS, str(machine_rank)], {}))
+    monkeypatch.setattr(LaunchExecutor, "rank_grace_s", 1.0, raising=False)
+    p = write(tmp_path, HEAD + SFT + "    launch: {num_processes: 2, cpu: true, num_machines: 2}\n")
+    t0 = time.monotonic()
+    with pytest.raises(StageFailed) as e:
+        Runner(load_recipe(p), runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports",
+               stream=open(tmp_path / "console", "w")).run()
+    assert time.monotonic() - t0 < 60  # not rank 0's 600 s
+    msg = str(e.value)
+    assert msg.startswith("stage 'sft_agent' failed: machine rank 1: accelerate launch exited with status 1 "
+                          "(its log: sft_agent.machine1.log)"), msg
+    assert "the rendezvous port is taken" in msg and "waits at the rendezvous for its peer\n" not in msg  # rank 1's tail
+    assert msg.splitlines()[-2].endswith("log with the traceback: " + str(tmp_path / "runs" / "tl" / "sft_agent" /
+                                                                         "sft_agent.machine1.log")), msg
+    log0 = (tmp_path / "runs" / "tl" / "sft_agent" / "sft_agent.log").read_text()
+    assert "waits at the rendezvous" in log0
+    import subprocess as sp
+
+    left = sp.run(["pgrep", "-f", "machine 0 waits at the rendezvous"], capture_output=True, text=True).stdout
+    assert not left.strip(), left  # rank 0 was stopped, not left waiting
 
 
 def test_a_launch_failure_is_written_once_by_the_first_process_to_fail(tmp_path):
