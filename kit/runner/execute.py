@@ -59,7 +59,7 @@ from typing import Any, Callable, Optional, Protocol
 from kit.runner import manifest as mf
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
-from kit.runner.servers import ServerFailed, Servers, name_servers
+from kit.runner.servers import ServerFailed, Servers, name_models, name_servers
 from kit.sources import parse_source
 from kit.stages import contract, summarizes_run
 from kit.stages.contract import Produces
@@ -365,6 +365,9 @@ class Runner:
         """One planned stage, top to bottom: shared with another arm, skipped as complete, or executed
         (StageFailed when it fails). Returns which: "shared", "skipped" or "executed"."""
         params = _resolve(ps, ran.dirs, ran.kinds)
+        if ps.servers and self._servers is not None:  # the model it asks an unpinned server for, by name
+            params = name_models(params, ps.servers, {sp.id: sp.spec for sp in self.recipe.servers},
+                                 lambda spec: self._servers.model(spec.id))
         fp = self._fingerprint(ps, params, ran.fps)
         sdir = self.stage_dir(ps)
         if fp in ran.by_fp and ps.key not in self.force:  # an identical stage in another arm already ran
