@@ -375,6 +375,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             from kit.runner.memory import table
 
             print("\n".join(table(recipe.memory, recipe.spec.hardware)))
+        if recipe.spec.rehearsal:  # a CPU rehearsal of GPU recipes: the gap, where people look
+            print(f"rehearsal of {', '.join(recipe.spec.rehearsal.of)}: what they declare that this run does not "
+                  "exercise:")
+            print("\n".join(f"  - {line}" for line in recipe.spec.rehearsal.not_exercised))
         print(f"{args.recipe}: valid ({len(recipe.plan)} stages)")
         return 0
     run_id = args.run_id or recipe.name

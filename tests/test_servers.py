@@ -69,6 +69,20 @@ BAD = {
     "one port twice": (HEAD + USER + "  - {id: other, engine: transformers, model: embedded, port: 18990}\n"
                        "stages:\n  - stage: evaluate\n",
                        ":5: servers[1].port: port 18990 is server 'usr's already"),
+    "an unpinned vllm server": (HEAD + "  - {id: usr, engine: vllm, model: embedded, port: 18990, pinned: false}\n"
+                                "stages:\n  - stage: evaluate\n",
+                                ":4: servers[0]: pinned: false is for engine transformers"),
+    "GRPO's folders to a pinned transformers server": (
+        HEAD + "  - {id: pol, engine: transformers, model: '@sft_agent', port: 18991}\nstages:\n  - stage: sft_agent\n"
+        "  - {stage: grpo, params: {rollout: server, rollout_server: 'server:pol', weight_sync: folder}}\n",
+        ":4: servers[0].pinned: stage 'grpo' pushes its weights to server 'pol' as a folder per step, which a "
+        "pinned `transformers serve` refuses: set pinned: false"),
+    "GRPO's adapters to a transformers server": (
+        HEAD + "  - {id: pol, engine: transformers, model: '@sft_agent', port: 18991, pinned: false}\nstages:\n"
+        "  - stage: sft_agent\n  - stage: grpo\n"
+        "    params: {rollout: server, rollout_server: 'server:pol', lora: true}\n",
+        ":8: stages[1].params.weight_sync: server 'pol' is `transformers serve`, which loads no LoRA adapter at run "
+        "time: set weight_sync: folder"),
 }
 
 
@@ -97,6 +111,31 @@ def test_server_references_become_urls_and_set_overrides_a_server(tmp_path):
     assert {ps.id: ps for ps in r.plan}["evaluate"].params["model"] == "openai:http://127.0.0.1:18999/v1"
     with pytest.raises(RecipeError, match="servers.<server id>.<field>"):
         load_recipe(p, {"servers.nope.port": 1})
+
+
+def test_an_unpinned_server_starts_without_its_model_and_its_clients_name_the_folder(tmp_path):
+    """`transformers serve` without a model loads the folder each request names (GRPO's weight_sync: folder
+    asks it for each step's folder): the runner gives the stages that use it the model by name."""
+    from kit.runner.servers import command, name_models
+
+    p = write(tmp_path, HEAD + "  - {id: pol, engine: transformers, model: '@sft_agent', port: 18992, pinned: false}\n"
+              + USER + "stages:\n  - stage: sft_agent\n"
+              "  - {stage: evaluate, params: {model: 'server:pol', user_model: 'server:usr'}}\n"
+              "  - {stage: grpo, params: {rollout: server, rollout_server: 'server:pol', weight_sync: folder}}\n")
+    r = load_recipe(p)
+    specs = {sp.id: sp.spec for sp in r.servers}
+    by = {ps.id: ps for ps in r.plan}
+    folder = str(tmp_path / "runs" / "sft_agent" / "model")
+    named = name_models(by["evaluate"].params, by["evaluate"].servers, specs, lambda spec: folder)
+    assert named["model"] == f"openai:http://127.0.0.1:18992/v1#{folder}"
+    assert named["user_model"] == "openai:http://127.0.0.1:18990/v1"  # pinned: it answers for its one model
+    named = name_models(by["grpo"].params, by["grpo"].servers, specs, lambda spec: folder)
+    assert named["rollout_server"] == "http://127.0.0.1:18992/v1" and named["rollout_server_model"] == folder
+    given = {**by["grpo"].params, "rollout_server_model": "/my/name"}
+    assert name_models(given, by["grpo"].servers, specs, lambda spec: folder)["rollout_server_model"] == "/my/name"
+    cmd, _ = command(specs["pol"], folder)
+    assert cmd[1] == "serve" and folder not in cmd and cmd[2:4] == ["--host", "127.0.0.1"]
+    assert folder in command(specs["pol"].model_copy(update={"pinned": True}), folder)[0]
 
 
 # ----- the plan (no process) -------------------------------------------------------------------------

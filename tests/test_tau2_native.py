@@ -81,3 +81,13 @@ def test_episodes_through_tau2_orchestrator_then_resume(server, tmp_path):
     assert again.episodes["shape"].tolist() == ["create_task", "update_task_status"]
     assert set(again.episodes["phrasing"]) == {"tau2"}
     assert again.meta["pass1_by_phrasing"] == {"tau2": {"pass^1": again.passk[1], "tasks": 2}}
+
+    # the `evaluate` stage (what a recipe's `protocol: tau2` runs) over the same episodes: its Outputs
+    # (no user-deviation numbers: those are kit-protocol only)
+    from kit.runner.stage import Stage
+    from kit.stages.evaluate import Config, run
+
+    params = {"domain": "mock", "model": server, "user_model": server, "tasks_file": str(tasks_file), "trials": 1,
+              "max_messages": 4, "seed": 0, "protocol": "tau2", "training_data": []}
+    out = run(Config(**params), Stage("evaluate", params, {"out_dir": str(tmp_path)}))
+    assert out.passk == {"1": again.passk[1]} and out.tasks == 2 and out.user_deviation_rate is None

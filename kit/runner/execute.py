@@ -59,7 +59,7 @@ from typing import Any, Callable, Optional, Protocol
 from kit.runner import manifest as mf
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
-from kit.runner.servers import ServerFailed, Servers, name_servers
+from kit.runner.servers import ServerFailed, Servers, name_models, name_servers
 from kit.sources import parse_source
 from kit.stages import contract, summarizes_run
 from kit.stages.contract import Produces
@@ -365,6 +365,9 @@ class Runner:
         """One planned stage, top to bottom: shared with another arm, skipped as complete, or executed
         (StageFailed when it fails). Returns which: "shared", "skipped" or "executed"."""
         params = _resolve(ps, ran.dirs, ran.kinds)
+        if ps.servers and self._servers is not None:  # the model it asks an unpinned server for, by name
+            params = name_models(params, ps.servers, {sp.id: sp.spec for sp in self.recipe.servers},
+                                 lambda spec: self._servers.model(spec.id))
         fp = self._fingerprint(ps, params, ran.fps)
         sdir = self.stage_dir(ps)
         if fp in ran.by_fp and ps.key not in self.force:  # an identical stage in another arm already ran
@@ -429,7 +432,7 @@ class Runner:
             if isinstance(e, KeyboardInterrupt):
                 raise
             headline = name_servers(failure.headline, ps.servers, self.recipe.servers, self.run_dir / "servers")
-            raise StageFailed(ps.key, job.out, headline, failure.user_error, failure.tail) from None
+            raise StageFailed(ps.key, failure.log or job.out, headline, failure.user_error, failure.tail) from None
         info = mf.read_json(sdir / "stage.json") or {}
         wall = round(time.perf_counter() - t1, 1)
         if info.get("status") != "complete" or info.get("fingerprint") != fp:
@@ -549,13 +552,14 @@ class StageJob:
 
 class ExecutionFailed(Exception):
     """How an execution failed: `message` (manifest and stage.json), `headline` (StageFailed's), whether
-    the cause is a user error, the log's `tail`, and what else stage.json records (`record`)."""
+    the cause is a user error, the log's `tail`, what else stage.json records (`record`), and the log
+    that tells why when it is not the job's own (`log`: another machine rank's)."""
 
     def __init__(self, message: str, headline: str, user_error: bool = False, tail: str = "",
-                 record: Optional[dict] = None):
+                 record: Optional[dict] = None, log: Optional[Path] = None):
         super().__init__(message)
         self.message, self.headline, self.user_error, self.tail = message, headline, user_error, tail
-        self.record = record or {}
+        self.record, self.log = record or {}, log
 
     @classmethod
     def of(cls, e: BaseException, job: StageJob) -> "ExecutionFailed":
@@ -614,6 +618,9 @@ class LaunchExecutor:
 
     output_key = "log"
     no_stage_json = "the launched processes exited without error but did not write stage.json"
+    # machine ranks started here (loopback) that are still running this long after another failed are
+    # stopped: a rank whose peer died before the rendezvous waits for it until torch's timeout (minutes)
+    rank_grace_s = 20.0
 
     def __init__(self, say: Callable[[str], None]):
         self.say = say
@@ -650,28 +657,25 @@ class LaunchExecutor:
                 out.flush()
                 procs.append(subprocess.Popen(c, cwd=str(job.folder), env={**os.environ, **e}, stdout=out,
                                               stderr=subprocess.STDOUT, start_new_session=True))
-            rcs = [p.wait() for p in procs]
+            rcs, first = _wait_for_ranks(procs, self.rank_grace_s)
         except BaseException:  # KeyboardInterrupt: stop every process of the launch
-            import signal
-
             for p in procs:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                    p.wait(timeout=30)
-                except Exception:
-                    os.killpg(p.pid, signal.SIGKILL)
+                _stop_group(p)
             raise
         finally:
             for out in outs:
                 out.close()
-        rc = next((c for c in rcs if c), 0)
-        if rc == 0:
+        if first is None:
             return
+        rc, where = rcs[first], logs[first]
         failure = LaunchFailure.read(failure_file(spec_file))  # what the first failing process wrote
         msg = failure.text() if failure else f"accelerate launch exited with status {rc}"
-        text = log.read_text(encoding="utf-8", errors="replace")
+        if len(procs) > 1:  # several machine ranks here: which failed first, and where it said why
+            msg = f"machine rank {here[first]}: {msg} (its log: {where.name})"
+        text = where.read_text(encoding="utf-8", errors="replace")
         raise ExecutionFailed(msg, msg, user_error=bool(failure and failure.user_error),
-                              tail="\n".join(text.rstrip().splitlines()[-25:]), record={"launch": ps.launch})
+                              tail="\n".join(text.rstrip().splitlines()[-25:]), record={"launch": ps.launch},
+                              log=where)
 
     def _machines(self, job: StageJob, spec_file: Path) -> tuple[dict, list[int]]:
         """(the launch with its rendezvous filled in, the machine ranks to start here). One machine: rank
@@ -711,6 +715,40 @@ class LaunchExecutor:
                 f"launch asked for {ps.launch['num_processes']} processes but accelerate launch started "
                 f"{got} (see {job.out.name}; accelerate's --cpu or a config file's distributed_type: NO "
                 "starts one)")
+
+
+def _wait_for_ranks(procs: list, grace_s: float) -> tuple[list[int], Optional[int]]:
+    """Wait for the launchers of the machine ranks started here: (their exit statuses, the index of
+    the first to fail or None). Once one failed, the others get `grace_s` to end on their own (a peer
+    lost mid-training makes gloo fail within seconds) and are then stopped."""
+    failed_at, first = None, None
+    while True:
+        codes = [p.poll() for p in procs]
+        for i, c in enumerate(codes):
+            if c and first is None:
+                first, failed_at = i, time.monotonic()
+        if all(c is not None for c in codes):
+            return codes, first
+        if failed_at is not None and time.monotonic() - failed_at > grace_s:
+            for p in procs:
+                _stop_group(p)
+            return [p.wait() for p in procs], first
+        time.sleep(0.2)
+
+
+def _stop_group(proc: Any) -> None:
+    """SIGTERM to the process group of a launcher (it and the training processes it started), SIGKILL after 30 s."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+    except Exception:  # noqa: BLE001  (a TimeoutExpired: it did not stop)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def run_recipe(path: str | Path, run_id: Optional[str] = None, overrides: Optional[dict] = None,

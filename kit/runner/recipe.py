@@ -169,6 +169,17 @@ class Comparison(BaseModel):
     note: Optional[str] = None
 
 
+class Rehearsal(BaseModel):
+    """A CPU recipe that rehearses GPU recipes' shape (recipes/rehearsal-cpu.yaml): which, and what they
+    declare that it cannot run here (`kit run --validate` prints the list)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: list[str] = Field(min_length=1, description="The recipes it rehearses, relative to this recipe's folder.")
+    not_exercised: list[str] = Field(min_length=1, description="What those declare that this recipe does not run "
+                                     "(vLLM-only flags, DeepSpeed, CUDA, ...), one line each.")
+
+
 class RecipeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -191,6 +202,8 @@ class RecipeSpec(BaseModel):
     check_budgets: bool = Field(default=True, description="Refuse episode budgets that cannot fit a dialogue that "
                                 "scores (kit.rollout.loop.step_budget_warning). false only for plumbing tests "
                                 "whose rewards mean nothing.")
+    rehearsal: Optional[Rehearsal] = Field(default=None, description="This recipe rehearses others (GPU recipes) "
+                                           "on this machine: which, and what of theirs it cannot exercise.")
 
 
 # ----- the validated, expanded plan --------------------------------------------------------------
@@ -435,6 +448,10 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
             errors.add(("stages", i, "id"), f"stage id '{sid}' is used twice; give each a distinct `id`",
                        ("stages", i))
     launches = _check_launch(spec, errors, check_paths, check_gpu)
+    for i, other in enumerate(spec.rehearsal.of if spec.rehearsal else []):
+        if check_paths and not (path.parent / other).is_file():
+            errors.add(("rehearsal", "of", i), f"recipe '{other}' does not exist (paths are relative to "
+                       f"{path.parent})")
     report_ix = [i for i, s in enumerate(spec.stages) if summarizes_run(s.stage)]
     if report_ix and report_ix != [len(spec.stages) - 1]:
         errors.add(("stages", report_ix[0], "stage"), "a recipe has at most one report stage, and it comes last")
@@ -543,7 +560,28 @@ def _check_servers(spec: RecipeSpec, plan: list[PlannedStage], errors: _Errors, 
     plans = plan_servers(spec.servers, plan)
     for i, field_, message in plan_problems(plans, plan):
         errors.add(("servers", i, field_), message)
+    _check_weight_sync(spec, plan, errors)
     return plans
+
+
+def _check_weight_sync(spec: RecipeSpec, plan: list[PlannedStage], errors: _Errors) -> None:
+    """GRPO's rollout server must take its weights the way weight_sync pushes them: `transformers serve`
+    loads no LoRA adapter at run time (weight_sync: folder), and a pinned one refuses the step folders."""
+    index = {s.id: i for i, s in enumerate(spec.servers)}
+    for ps in plan:
+        sid = ps.servers.get("rollout_server")
+        if sid is None or spec.servers[index[sid]].engine != "transformers":
+            continue
+        p = ps.params
+        mode = p.get("weight_sync") or "auto"
+        if mode == "auto":
+            mode = "lora_adapter" if p.get("lora") else "folder"
+        if mode == "lora_adapter":
+            errors.add(("stages", ps.index, "params", "weight_sync"), f"server '{sid}' is `transformers serve`, which "
+                       "loads no LoRA adapter at run time: set weight_sync: folder (the merged weights, a folder per step)")
+        elif spec.servers[index[sid]].pinned:
+            errors.add(("servers", index[sid], "pinned"), f"stage '{ps.key}' pushes its weights to server '{sid}' as "
+                       "a folder per step, which a pinned `transformers serve` refuses: set pinned: false")
 
 
 def _check_launch(spec: RecipeSpec, errors: _Errors, check_paths: bool = True,

@@ -30,7 +30,14 @@ How (`plan_servers`, a pure function of the recipe's plan; `kit run --validate` 
 CUDA_VISIBLE_DEVICES from `gpus`, its output in runs/<run id>/servers/<server id>.log, ready when GET
 /v1/models answers 200 (a clear error naming the server, with its log's tail, when it exits or does not
 answer within `start_timeout_s`). A server already answering on the port with the same model (a rerun,
-or one started by hand) is reused and left running; another model on the port is an error.
+or one started by hand) is reused and left running; another model on the port is an error. The servers
+a stage needs are started side by side, then waited for.
+
+`pinned: false` (transformers only) starts `transformers serve` without a model: it loads the folder
+each request names. GRPO's `weight_sync: folder` needs that (it requests each step's weights folder);
+the runner names the server's model to the stages that use it (`name_models`: 'openai:URL#<folder>',
+GRPO's rollout_server_model), and the recipe loader refuses a GRPO rollout server that could not take
+its weights (a pinned transformers server, or LoRA adapters to one).
 
 A stage parameter names a server as 'server:<id>' where it takes a model spec (its contract's model
 references: model, user_model, agent_model) and in GRPO's `rollout_server`; the recipe loader replaces it
@@ -50,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kit.errors import Unavailable
 from kit.sources import StageRef, parse_source
@@ -77,6 +84,10 @@ class ServerSpec(BaseModel):
     gpus: Optional[list[int]] = Field(default=None, description="Its CUDA_VISIBLE_DEVICES (default: inherited).")
     args: list[str] = Field(default_factory=list, description="More command-line arguments, as given.")
     start_timeout_s: float = Field(default=1200, gt=0, description="How long it may take to answer GET /v1/models.")
+    pinned: bool = Field(default=True, description="Started with its model (it answers for that model alone). "
+                         "false (engine transformers only): `transformers serve` without a model, loading the folder "
+                         "each request names; the stages that use it are given `model`'s folder by name. That is what "
+                         "GRPO's `weight_sync: folder` needs: after each step it requests the new weights' folder.")
 
     @field_validator("id")
     @classmethod
@@ -92,6 +103,13 @@ class ServerSpec(BaseModel):
             if a.split("=", 1)[0] in _OWN_FLAGS:
                 raise ValueError(f"'{a}' is set from the server's host / port fields, not through args")
         return [str(a) for a in v]
+
+    @model_validator(mode="after")
+    def _pinned_vllm(self) -> "ServerSpec":
+        if not self.pinned and self.engine == "vllm":
+            raise ValueError("pinned: false is for engine transformers; `vllm serve` serves the model it was started "
+                             "with (GRPO gives it new weights as LoRA adapters: weight_sync lora_adapter)")
+        return self
 
     @property
     def url(self) -> str:
@@ -114,6 +132,28 @@ def server_id(value: Any) -> Optional[str]:
 def resolve(param: str, spec: ServerSpec) -> str:
     """What a stage parameter naming the server becomes: the bare URL for URL_PARAMS, else a model spec."""
     return spec.url if param in URL_PARAMS else f"openai:{spec.url}"
+
+
+# GRPO's parameter that names the model on its rollout_server (kit/train/grpo_config.py)
+URL_MODEL_PARAMS = {"rollout_server": "rollout_server_model"}
+
+
+def name_models(params: dict, used: dict[str, str], specs: dict[str, ServerSpec], model_of: Callable) -> dict:
+    """A stage's resolved parameters with the model named on each unpinned server it uses (`used`:
+    param -> server id; `model_of(spec)` -> the folder the server stands for): a model spec gets
+    '#<folder>', GRPO's rollout_server URL its rollout_server_model (unless the recipe set one). A pinned
+    server answers for its one model: its clients need no name."""
+    out = dict(params)
+    for name, sid in used.items():
+        spec = specs[sid]
+        if spec.pinned:
+            continue
+        model = str(model_of(spec))
+        if name in URL_MODEL_PARAMS:
+            out[URL_MODEL_PARAMS[name]] = out.get(URL_MODEL_PARAMS[name]) or model
+        else:
+            out[name] = f"{resolve(name, spec)}#{model}"
+    return out
 
 
 # ----- the plan: when each server starts and stops (pure) ----------------------------------------
@@ -224,7 +264,7 @@ def command(spec: ServerSpec, model: str) -> tuple[list[str], dict[str, str]]:
             raise ServerFailed(f"server '{spec.id}': no `transformers` command",
                                "pip install 'transformers[serving]' in the kit's environment")
         env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # spinning threads slow a CPU 10x
-        cmd = [found, "serve", model]
+        cmd = [found, "serve"] + ([model] if spec.pinned else [])  # unpinned: it loads what a request names
     return cmd + ["--host", spec.host, "--port", str(spec.port), *spec.args], env
 
 
@@ -284,6 +324,10 @@ class Servers:
         self.say, self.folder, self.record, self.poll_s = say, folder, record, poll_s
         self.running: dict[str, _Running] = {}
 
+    def model(self, sid: str) -> str:
+        """The model folder server `sid` stands for (a stage's: once that stage has run)."""
+        return self._model(self.plans[sid])
+
     def _model(self, sp: ServerPlan) -> str:
         src = sp.spec.source
         if src is not None:
@@ -303,7 +347,7 @@ class Servers:
         log.parent.mkdir(parents=True, exist_ok=True)
         served = served_models(spec.url)
         if served is not None:
-            if model in served or spec.model in served:
+            if model in served or spec.model in served or not spec.pinned:  # unpinned: it loads any folder
                 self.say(f"[kit run] server {spec.id}: {spec.url} already serves {model}; reused (left running)")
                 with log.open("a", encoding="utf-8") as f:
                     f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} reused the server already at {spec.url}\n")
@@ -360,9 +404,11 @@ class Servers:
                 self._stop(self.running[sp.id])
 
     def ready(self, ps: Any) -> None:
-        """Every server stage `ps` (a PlannedStage) uses is up and answering."""
-        for sid in dict.fromkeys(ps.servers.values()):
-            self._wait(self._launch(self.plans[sid]))
+        """Every server stage `ps` (a PlannedStage) uses is up and answering (all started before waiting
+        for the first: they come up side by side)."""
+        runs = [self._launch(self.plans[sid]) for sid in dict.fromkeys(ps.servers.values())]
+        for run in runs:
+            self._wait(run)
 
     def _stop(self, run: _Running) -> None:
         self.running.pop(run.plan.id, None)

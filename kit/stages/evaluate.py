@@ -102,7 +102,7 @@ def run(config: Config, st) -> Outputs:
     out = Outputs(files={"eval": str(st.out_dir / "eval.json"), "episodes": str(st.out_dir / "episodes.csv")},
                   label=config.label or st.key, passk={str(k): v for k, v in res.passk.items()},
                   model=agent_spec, user_model=user_spec, tasks=res.meta["tasks"], trials=config.trials,
-                  user_deviation_rate=res.meta[M.USER_DEVIATION_RATE], pass1_ci95=res.meta.get(M.PASS1_CI95),
+                  user_deviation_rate=res.meta.get(M.USER_DEVIATION_RATE), pass1_ci95=res.meta.get(M.PASS1_CI95),
                   request_stated_rate=res.meta.get(M.REQUEST_STATED_RATE),
                   proper_end_rate=res.meta.get(M.PROPER_END_RATE), leak=res.meta.get("leak"),
                   infra_failures=res.meta.get(M.INFRA_FAILURES) or 0)
