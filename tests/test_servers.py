@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from _serving import free_port
 
+from kit.llm.openai_backend import served_models
 from kit.runner import RecipeError, load_recipe
 from kit.runner.servers import (
     ServerFailed,
     Servers,
     ServerSpec,
     plan_servers,
-    served_models,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

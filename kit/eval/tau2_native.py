@@ -47,6 +47,7 @@ from typing import Optional
 from kit._tau2 import TAU2_VERSION, registry
 from kit.eval.passk import pass_k_table
 from kit.llm import EndpointError, ModelSpec
+from kit.llm.openai_backend import served_models
 from kit.metrics import INFRA_FAILURES
 
 SIM_FILE = "tau2_simulations.jsonl"
@@ -73,15 +74,6 @@ def litellm_model(spec: str, check: bool = True) -> tuple[str, dict]:
         except Exception:
             raise EndpointError(f"endpoint {url}: no '#MODEL' in the spec and GET /models lists none") from None
     return f"openai/{model}", {"api_base": url, "api_key": "dummy"}
-
-
-def _answers(api_base: str) -> bool:
-    import httpx
-
-    try:
-        return httpx.get(f"{api_base.rstrip('/')}/models", timeout=10).status_code < 500
-    except httpx.TransportError:
-        return False
 
 
 def _model_call_failed(e: BaseException) -> bool:
@@ -135,16 +127,16 @@ def evaluate_tau2_native(domain: str, tasks: list, agent_endpoint: str, user_end
                            seed=seeds[k])
         except Exception as e:
             name = type(e).__name__
-            down = [a["api_base"] for a in (agent_args, user_args) if not _answers(a["api_base"])]
+            bases = [agent_args["api_base"], user_args["api_base"]]
+            down = [b for b in bases if served_models(b, timeout=10) is None]
             if down or "Timeout" in name:
-                raise EndpointError(f"task {task.id} trial {k}: endpoint {', '.join(down) or agent_args['api_base'] + ' / ' + user_args['api_base']} "
-                                    f"failed: {name}: {str(e)[:300]}") from None
+                raise EndpointError(f"task {task.id} trial {k}: endpoint {' / '.join(down or bases)} failed: "
+                                    f"{name}: {str(e)[:300]}") from None
             if not _model_call_failed(e):
                 raise RuntimeError(f"task {task.id} trial {k} failed in tau2: {name}: {e}") from e
             with lock:  # both servers answer: this episode's call failed, not the run
                 infra.append({"task_id": task.id, "trial": k, "termination": "infra_error",
-                              "error": f"agent {agent_args['api_base']} / user {user_args['api_base']}: "
-                                       f"{name}: {str(e)[:240]}"})
+                              "error": f"agent {bases[0]} / user {bases[1]}: {name}: {str(e)[:240]}"})
             return
         sim.trial = k
         with lock:

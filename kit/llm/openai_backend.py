@@ -371,3 +371,20 @@ def _json_str(arguments: Any) -> str:
     if arguments is None:
         return "{}"
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def served_models(url: str, timeout: float = 2.0) -> list[str] | None:
+    """The names (and vLLM's `root` folders) GET URL/models lists; None when nothing answers 200."""
+    import httpx
+
+    try:
+        r = httpx.get(f"{url}/models", timeout=timeout)
+    except httpx.HTTPError:
+        return None
+    if r.status_code != 200:
+        return None
+    try:
+        data = r.json().get("data") or []
+    except ValueError:
+        return None
+    return [str(v) for m in data for v in (m.get("id"), m.get("root")) if v]

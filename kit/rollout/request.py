@@ -196,15 +196,16 @@ def _db_text(env) -> str:
     return json.dumps(env.agent_db.model_dump(mode="json"), default=str)
 
 
-def task_request(domain, task, actions: list | None = None, looked_up: dict[str, str] | tuple[str, ...] = ()) -> Request:
+def task_request(domain, task, actions: list | None = None, looked_up: dict[str, str] | None = None) -> Request:
     """The request of `task`, whose scenario says what the customer knows; or, before the scenario is
     written, of explicit gold `actions` (objects with name and arguments, requestor 'assistant'), where
-    the starting state stands in for it except the argument names in `looked_up` (module docstring;
-    as a dict, argument -> the customer's words for it: a leaf those words state, such as a booking's
-    amount beside the payment method the agent looks up, need not come from a result)."""
+    the starting state stands in for it except the arguments in `looked_up` (module docstring), each with
+    the customer's words for it: a leaf those words state, such as a booking's amount beside the payment
+    method the agent looks up, need not come from a result."""
     from kit.grounding import contains, norm
 
     written = actions is None
+    looked_up = looked_up or {}
     if actions is None:
         crit = task.evaluation_criteria
         actions = [a for a in ((crit.actions if crit else None) or []) if getattr(a, "requestor", "assistant") == "assistant"]
@@ -224,7 +225,7 @@ def task_request(domain, task, actions: list | None = None, looked_up: dict[str,
                 # never holds a Python list's repr)
                 unknown = (not contains(said, v)) if written else (
                     k in looked_up or any(leaf not in known for leaf in leaves))
-                words = norm(looked_up.get(k, "")) if isinstance(looked_up, dict) else ""
+                words = norm(looked_up.get(k, ""))
                 if leaves and leaves <= produced | {x for x in leaves if contains(words, x)} and unknown:
                     later.append(k)
                 else:

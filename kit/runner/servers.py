@@ -60,6 +60,7 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kit.errors import Unavailable
+from kit.llm.openai_backend import served_models
 from kit.sources import StageRef, parse_source
 
 PREFIX = "server:"
@@ -266,23 +267,6 @@ def command(spec: ServerSpec, model: str) -> tuple[list[str], dict[str, str]]:
         env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # spinning threads slow a CPU 10x
         cmd = [found, "serve"] + ([model] if spec.pinned else [])  # unpinned: it loads what a request names
     return cmd + ["--host", spec.host, "--port", str(spec.port), *spec.args], env
-
-
-def served_models(url: str, timeout: float = 2.0) -> Optional[list[str]]:
-    """The names (and vLLM's `root` folders) GET URL/models lists; None when nothing answers 200."""
-    import httpx
-
-    try:
-        r = httpx.get(f"{url}/models", timeout=timeout)
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200:
-        return None
-    try:
-        data = r.json().get("data") or []
-    except ValueError:
-        return None
-    return [str(v) for m in data for v in (m.get("id"), m.get("root")) if v]
 
 
 def _port_open(host: str, port: int) -> bool:
