@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from kit.envs import load_domain
-from kit.envs.arguments.device import FAULTS, _lines, build, device_task
+from kit.envs.arguments.device import (FAULTS, _lines, build, device_candidates, device_task, pattern,
+                                      task_phones)
 from kit.replay import gold_trajectory
 from kit.verify import verify
 from kit.verify.reference import tau2_verdict
@@ -152,6 +153,23 @@ def test_a_device_action_is_keyed_with_its_phone(telecom):
     seen = Seen()
     assert seen.claim(mine[0]) is None and seen.claim(mine[1]) is None  # two customers, one wording: two tasks
     assert seen.claim(mine[0].model_copy(update={"id": "again"})) is not None
+
+
+def test_no_device_task_goes_on_the_phone_the_evaluation_tasks_fix(telecom):
+    """Every tau2 telecom task puts the same phone in the user's hand (555-123-2002). A fault fixed on that
+    phone in training is a piece of some evaluation task's solution, so the engine draws its device tasks
+    from the other customers' phones (the phones come from the tasks, not from a constant)."""
+    from kit.engine.validate import evaluation_tasks
+
+    avoid = task_phones(evaluation_tasks(telecom))
+    assert avoid == {"555-123-2002"}
+    db = telecom.pristine_agent_db
+    assert "555-123-2002" in {line.phone_number for _, line in _lines(db)}  # it is a line a task could use
+    for fault in FAULTS["telecom"]:
+        for seed in range(5):
+            cands = device_candidates("telecom", db, random.Random(seed), pattern(fault), limit=50,
+                                      avoid_phones=avoid)
+            assert cands and all(c.phone not in avoid for c in cands), fault.name
 
 
 class _FirstOption:  # a fake model (this test is about the plan mix, not the model): always the first option

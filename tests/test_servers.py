@@ -138,6 +138,16 @@ def test_an_unpinned_server_starts_without_its_model_and_its_clients_name_the_fo
     assert folder in command(specs["pol"].model_copy(update={"pinned": True}), folder)[0]
 
 
+def test_an_engine_agent_behind_a_server_must_name_its_chat_template(tmp_path):
+    """A served agent has no tokenizer in the kit's process: without sft_tokenizer the engine's SFT samples
+    were rendered with the embedded model's chat template (a Qwen3 recipe would have trained on SmolLM's)."""
+    body = HEAD + USER + "stages:\n  - stage: synthesize\n    params: {model: 'server:usr'%s}\n"
+    with pytest.raises(RecipeError) as e:
+        load_recipe(write(tmp_path, body % ""))
+    assert "stages[0].params.sft_tokenizer: the agent is sampled through openai:http://127.0.0.1:18990/v1" in str(e.value)
+    assert load_recipe(write(tmp_path, body % ", sft_tokenizer: embedded", "ok.yaml")).plan[0].params["sft_tokenizer"]
+
+
 # ----- the plan (no process) -------------------------------------------------------------------------
 
 PLANNED = (HEAD + USER
@@ -192,6 +202,8 @@ def test_the_gpu_recipes_declare_their_servers(tmp_path, monkeypatch):
         assert plans["user"].users[-1] == "eval_rl" and plans["policy"].users[-1] == "eval_base"
         grpo = next(ps for ps in r.plan if ps.id == "grpo")
         assert grpo.servers == {"user_model": "sft_user_srv", "rollout_server": "grpo_policy"}
+        synth = next(ps for ps in r.plan if ps.id == "synthesize")  # SFT samples in the served model's template
+        assert synth.params["sft_tokenizer"] == os.environ["KIT_AGENT_MODEL"]
         gpus = [g for sp in r.servers for g in sp.spec.gpus]
         assert len(gpus) == len(set(gpus)) and not set(gpus) & set(range(8))  # training has GPUs 0-7
 

@@ -21,8 +21,10 @@ class EngineKnobs(BaseModel):
     evolution: bool = Field(default=True, description="off = plans stay as the meta-planner wrote them.")
     llm_judge: bool = Field(default=True, description="The validator's model judgment after the executable checks.")
     judge_threshold: float = Field(default=0.7, ge=0.0, le=1.0, description="Reject when the judge's P(no) exceeds it.")
-    sft_tokenizer: Optional[str] = Field(default=None, description="HF folder whose chat template renders SFT "
-                                         "samples (default: the agent model's; needed for endpoints).")
+    sft_tokenizer: Optional[str] = Field(default=None, description="HF folder (or 'embedded') whose chat "
+                                         "template renders SFT samples (default: the agent model's; an endpoint "
+                                         "has none: name the served model's folder, else the embedded model's "
+                                         "template is used).")
     concurrency: int = Field(default=8, ge=1, description="Units (plans) in flight at once with endpoint backends; "
                              "in-process hf models always run one unit at a time.")
     max_messages: int = Field(default=16, ge=2, description="Messages per rollout episode.")

@@ -119,7 +119,11 @@ class Engine:
             if self.cfg.sft_tokenizer:
                 from transformers import AutoTokenizer
 
-                self._tokenizer = AutoTokenizer.from_pretrained(self.cfg.sft_tokenizer)
+                from kit.llm.embedded import ensure_embedded_model
+
+                folder = self.cfg.sft_tokenizer
+                self._tokenizer = AutoTokenizer.from_pretrained(
+                    str(ensure_embedded_model()) if folder == "embedded" else folder)
             elif self.agent.caps.tokenizer:
                 self._tokenizer = self.agent.tokenizer
             else:

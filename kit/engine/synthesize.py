@@ -437,12 +437,13 @@ class Synthesizer:
         agent's reads and write where the line needs one; tau2's env assertions check the symptom is gone.
         The scenario states the symptom in the customer's words (code: a model's prose could name the cause,
         which the customer does not know)."""
-        from kit.engine.validate import evaluation_action_keys
-        from kit.envs.arguments.device import device_candidates, device_task
+        from kit.engine.validate import evaluation_action_keys, evaluation_tasks
+        from kit.envs.arguments.device import device_candidates, device_task, task_phones
         from kit.eval.leak import gold_action_keys
 
         sl = plan.slice
-        cands = device_candidates(self.domain.name, self.domain.fork(None).agent_db, rng, sl.tools, limit=MAX_OPTIONS)
+        cands = device_candidates(self.domain.name, self.domain.fork(None).agent_db, rng, sl.tools, limit=MAX_OPTIONS,
+                                  avoid_phones=task_phones(evaluation_tasks(self.domain)))
         if cands is None:
             raise _NoTask(SynthesisFailure.NO_ARGUMENTS, f"{self.domain.name} has no device fault fixed by "
                           f"{' then '.join(sl.tools)}")

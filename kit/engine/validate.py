@@ -50,16 +50,22 @@ def _no_transfer(task) -> Optional[str]:
 _EVAL_KEYS: dict[str, dict] = {}
 
 
+def evaluation_tasks(domain: Domain) -> list:
+    """The tasks an evaluation of `domain` may use: tau2's default set and the kit's held-out set."""
+    from kit.data import HELDOUT_FILES, HELDOUT_SPLIT
+
+    tasks = list(domain.tasks("default"))
+    if domain.name in HELDOUT_FILES:
+        tasks += domain.tasks(HELDOUT_SPLIT)
+    return tasks
+
+
 def evaluation_action_keys(domain: Domain) -> dict:
     """Evaluation task id -> the set of its gold (tool, arguments) keys (cached per domain)."""
     if domain.name not in _EVAL_KEYS:
-        from kit.data import HELDOUT_FILES, HELDOUT_SPLIT
         from kit.eval.leak import gold_action_keys
 
-        tasks = list(domain.tasks("default"))
-        if domain.name in HELDOUT_FILES:
-            tasks += domain.tasks(HELDOUT_SPLIT)
-        _EVAL_KEYS[domain.name] = {t.id: keys for t in tasks if (keys := gold_action_keys(t))}
+        _EVAL_KEYS[domain.name] = {t.id: keys for t in evaluation_tasks(domain) if (keys := gold_action_keys(t))}
     return _EVAL_KEYS[domain.name]
 
 

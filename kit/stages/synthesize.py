@@ -126,11 +126,21 @@ def engine_budget_problem(field_: str, budget: Optional[int], synth_params: dict
 
 
 def check(ps, plan: list, budgets: bool) -> list[Problem]:
-    """The engine's own rollouts (group_size > 0) must fit its longest task."""
+    """The engine's own rollouts (group_size > 0) must fit its longest task; an agent sampled through a
+    server or an endpoint has no tokenizer, so the chat template that renders the SFT samples is named."""
     p = ps.params
+    problems = []
     problem = engine_budget_problem("max_messages", p.get("max_messages") if p.get("group_size") else None, p) \
         if budgets else None
-    return [problem] if problem else []
+    if problem:
+        problems.append(problem)
+    agent = str(p.get("agent_model") or p.get("model") or "")
+    if agent.startswith(("server:", "openai:")) and not p.get("sft_tokenizer"):
+        problems.append(("sft_tokenizer", f"the agent is sampled through {agent}, which has no tokenizer here: name "
+                         "the served model's folder (e.g. sft_tokenizer: ${KIT_AGENT_MODEL}, or 'embedded'), whose "
+                         "chat template renders the SFT samples; without it they would be rendered with the "
+                         "embedded model's"))
+    return problems
 
 
 def report_entry(common: dict, out: Outputs, stage: str) -> Optional[dict]:

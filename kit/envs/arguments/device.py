@@ -218,18 +218,32 @@ def build(fault: Fault, customer: Any, line: Any) -> DeviceTask:
                 f"({customer.customer_id}, line {line.line_id}, {where})")
 
 
+def task_phones(tasks: Any) -> set[str]:
+    """The phones tau2 tasks put in the user's hand (their `set_user_info` initialization action)."""
+    phones = set()
+    for t in tasks:
+        init = getattr(getattr(t, "initial_state", None), "initialization_actions", None) or []
+        for a in init:
+            if a.func_name == "set_user_info" and (a.arguments or {}).get("phone_number"):
+                phones.add(a.arguments["phone_number"])
+    return phones
+
+
 def device_candidates(domain: str, db: Any, rng: random.Random, tools: tuple[str, ...] | list[str],
-                      limit: int = 12) -> Optional[list[DeviceTask]]:
+                      limit: int = 12, avoid_phones: frozenset[str] | set[str] = frozenset()
+                      ) -> Optional[list[DeviceTask]]:
     """Device tasks of `domain` whose gold writes are `tools` (a plan's pattern), one per active line in a
-    random order (at most `limit`); None where the domain has no device fault with that pattern. `db`
+    random order (at most `limit`); None where the domain has no device fault with that pattern. No task is
+    put on a phone of `avoid_phones` (the evaluation tasks' phones: tau2's telecom tasks all fix one phone,
+    and a fault fixed on that very phone in training is a piece of an evaluation task's solution). `db`
     (the agent database, the tau2 pydantic DB) is only read; deterministic given rng."""
     faults = [f for f in FAULTS.get(domain, ()) if pattern(f) == tuple(tools)]
     if not faults:
         return None
-    pairs = list(_lines(db))
+    pairs = [(c, line) for c, line in _lines(db) if line.phone_number not in avoid_phones]
     rng.shuffle(pairs)
     return [build(rng.choice(faults), c, line) for c, line in pairs[:limit]]
 
 
 __all__ = ["FAULTS", "DeviceTask", "Fault", "build", "device_candidates", "device_patterns", "device_task", "pattern",
-           "scenario"]
+           "scenario", "task_phones"]

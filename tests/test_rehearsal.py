@@ -1,0 +1,108 @@
+"""recipes/rehearsal-cpu.yaml: the GPU recipes' shape on CPU. The fast test holds the rehearsal to the GPU
+recipes (same stages in the same order, the same launched stages, a server for each of theirs, LoRA and
+gradient checkpointing, GRPO rollouts through a server) and to its list of what it cannot exercise; the
+slow one runs it with `kit run` (5 real `transformers serve` servers started and stopped by the run, 2-process
+accelerate launches, weight sync each GRPO step, tau2's orchestrator) and reruns it. No fake server.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _serving import free_port
+
+from kit.llm.openai_backend import served_models
+from kit.runner import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+REHEARSAL = ROOT / "recipes" / "rehearsal-cpu.yaml"
+
+
+@pytest.fixture
+def gpu_env(tmp_path, monkeypatch):
+    for var in ("KIT_AGENT_MODEL", "KIT_USER_MODEL"):
+        d = tmp_path / var
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+        monkeypatch.setenv(var, str(d))
+
+
+def _shape(recipe):
+    return [(ps.id, ps.stage, bool(ps.launch)) for ps in recipe.plan]
+
+
+def test_the_rehearsal_has_the_gpu_recipes_shape_and_names_what_it_cannot_run(gpu_env):
+    reh = load_recipe(REHEARSAL)
+    assert reh.spec.rehearsal is not None
+    of = reh.spec.rehearsal.of
+    assert sorted(of) == ["airline-qwen3.yaml", "retail-qwen3.yaml", "telecom-qwen3.yaml"]
+    not_run = " ".join(reh.spec.rehearsal.not_exercised).lower()
+    for gap in ("vllm", "load_lora_adapter", "deepspeed", "cuda", "token ids"):
+        assert gap in not_run, gap
+    by = {ps.id: ps for ps in reh.plan}
+    for name in of:
+        gpu = load_recipe(REHEARSAL.parent / name, check_gpu=False)
+        assert _shape(reh) == _shape(gpu), name  # the same stages, in order, launched where theirs are
+        gsrv = {sp.id: sp for sp in gpu.servers}
+        rsrv = {sp.id: sp for sp in reh.servers}
+        for sid, sp in gsrv.items():  # each of their servers has a stand-in serving the same thing to the same stages
+            assert sid in rsrv, sid
+            assert (rsrv[sid].source, rsrv[sid].users) == (sp.source, sp.users), sid
+        for ps in gpu.plan:
+            mine = by[ps.id]
+            assert mine.servers.items() >= ps.servers.items(), ps.id  # every server reference of theirs
+            for knob in ("lora", "gradient_checkpointing", "rollout"):
+                if knob in ps.params:
+                    assert mine.params.get(knob) == ps.params[knob], (ps.id, knob)
+    assert all(sp.spec.engine == "transformers" for sp in reh.servers)
+    # what the GPU recipes cannot show on a laptop: the engine's SFT template and tau2's own orchestrator
+    assert by["synthesize"].params["sft_tokenizer"] == "embedded"
+    assert by["eval_rl"].params["protocol"] == "tau2" and by["eval_rl"].servers == {"model": "rl_srv",
+                                                                                      "user_model": "user"}
+
+
+@pytest.mark.slow
+def test_the_rehearsal_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    reh = load_recipe(REHEARSAL)
+    ports = [f"servers.{sp.id}.port={free_port()}" for sp in reh.servers]
+    cmd = [sys.executable, "-m", "kit.cli", "run", str(REHEARSAL), "--runs-dir", str(tmp_path / "runs"),
+           "--reports-dir", str(tmp_path / "reports")] + [a for p in ports for a in ("--set", p)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    run = tmp_path / "runs" / "rehearsal-cpu"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    for ps in reh.plan:
+        info = json.loads((run / ps.id / "stage.json").read_text())
+        assert info["status"] == "complete", ps.id
+    # the run started every server, each logged requests, none is left
+    for sp in reh.servers:
+        rec = manifest["servers"][sp.id]
+        assert "stopped" in rec and served_models(rec["url"]) is None, sp.id
+        assert "/v1/chat/completions" in (run / "servers" / f"{sp.id}.log").read_text(), sp.id
+    # 2-process launches for both SFT stages and GRPO
+    for sid in ("sft_user", "sft_agent", "grpo"):
+        log = (run / sid / f"{sid}.log").read_text()
+        assert "process 0 of 2" in log and "process 1 of 2" in log, sid
+    # GRPO pushed each step's weights to its rollout server, which then sampled them by their folder
+    sync = run / "grpo" / "sync"
+    policy_log = (run / "servers" / "grpo_policy.log").read_text()
+    steps = sorted(p.name for p in sync.iterdir() if p.name.startswith("step-")) if sync.exists() else []
+    assert "step-2" in steps, steps
+    assert str((sync / "step-1").resolve()) in policy_log or "step-1" in policy_log
+    # the RL agent was scored through tau2's orchestrator, on the run's own RL server
+    ev = json.loads((run / "eval_rl" / "eval.json").read_text())
+    assert ev["meta"]["protocol"] == "tau2", ev["meta"]
+    assert (tmp_path / "reports" / "rehearsal-cpu" / "index.html").is_file()
+    assert "rehearsal of airline-qwen3.yaml" in out.stdout or "not exercise" in out.stdout
+
+    # a rerun of the complete run: every stage skipped, no server started
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("skipped") >= len(reh.plan) and "starting transformers" not in again.stdout
