@@ -526,27 +526,8 @@ def test_a_custom_domain_from_a_recipe_runs_through_the_synthesize_stage(tmp_pat
     assert rep["referee"] == "kit" and rep["problems"] == [] and rep["tasks"] == outputs.accepted
 
 
-@pytest.mark.slow
-def test_engine_through_an_openai_endpoint_runs_units_concurrently(tmp_path):
-    """`transformers serve` on loopback: choices go through numbered answers (no scores),
-    two units are in flight at once."""
-    from _serving import serving
-
-    from kit.llm import ensure_embedded_model
-
-    folder = str(ensure_embedded_model())
-    with serving(folder, tmp_path / "serve.log") as url:
-        spec = {"spec": f"openai:{url}#{folder}", "tool_mode": "prompt"}
-        cfg = EngineConfig(domain="mock", out_dir=str(tmp_path / "endpoint"), rounds=1, num_plans=2, tasks_per_plan=1,
-                           group_size=1, max_messages=4, max_new_tokens=24, user_max_new_tokens=24, llm_judge=False, wandb=False, seed=0,
-                           model=spec, concurrency=2, sft_tokenizer=folder)
-        res = run_engine(cfg, progress=False)
-    units = read_jsonl(Path(cfg.out_dir) / "units.jsonl")
-    assert sorted(u["unit"] for u in units) == ["r0-p0", "r0-p1"]
-    props = read_jsonl(Path(cfg.out_dir) / "proposals.jsonl")
-    assert len(props) == 2 and all(p["decisions"] for p in props)  # the endpoint model made the decisions
-    assert audit_run(cfg.out_dir)["problems"] == []
-    assert len(read_jsonl(Path(cfg.out_dir) / "trajectories.jsonl")) == res.accepted
+# the engine through an OpenAI endpoint (a `transformers serve` of the embedded model, two units at once):
+# tests/test_rehearsal.py's synthesize stage
 
 
 def test_reflector_switches_keep_every_pattern_covered():

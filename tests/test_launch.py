@@ -173,8 +173,9 @@ def test_two_machines_on_loopback_train_the_same_weights_as_one_machine(tmp_path
     metrics = json.loads((sdir / "model" / "sft_metrics.json").read_text())
     assert metrics["processes"] == 2
 
-    one = Runner(load_recipe(write(tmp_path, HEAD + LORA_SFT + "    launch: {num_processes: 2, cpu: true}\n", "one.yaml")),
-                 "one", **kw).run()
+    launched = write(tmp_path, HEAD + LORA_SFT + "    launch: {num_processes: 2, cpu: true}\n", "one.yaml")
+    one = Runner(load_recipe(launched), "one", **kw).run()
+    _launched_stage_reads_like_a_notebook_stage(one, tmp_path, kw, launched)
     assert json.loads((one.run_dir / "sft_agent" / "model" / "sft_metrics.json").read_text())["tokens_trained"] == \
         metrics["tokens_trained"]  # the same rows reached the loss
     a = AutoModelForCausalLM.from_pretrained(sdir / "model").state_dict()
@@ -186,6 +187,48 @@ def test_two_machines_on_loopback_train_the_same_weights_as_one_machine(tmp_path
     print(f"largest change from the start {moved:.3g}; largest difference between the launches {worst:.3g}")
     assert moved > 1e-4  # the two steps did train (float noise is ~1e-7)
     assert worst <= 1e-6 + 1e-3 * moved, (worst, moved)  # equal up to float reassociation
+
+
+def _launched_stage_reads_like_a_notebook_stage(res, tmp_path, kw, launched):
+    """One machine, two processes: both ranks ran, the stage is complete, a rerun skips it, and the same stage
+    as a notebook leaves the same files (but the executed notebook and its figure instead of the log and the
+    launch parameters), which the report reads alike."""
+    from transformers import AutoModelForCausalLM
+
+    from kit.runner.execute import Runner
+
+    assert res.executed == ["sft_agent"]
+    sdir = res.run_dir / "sft_agent"
+    log = (sdir / "sft_agent.log").read_text()
+    assert "process 0 of 2" in log and "process 1 of 2" in log, log[-3000:]  # both ranks ran
+    assert "stage sft_agent: process 1 of 2 done" in log
+    info = json.loads((sdir / "stage.json").read_text())
+    assert info["status"] == "complete" and info["world_size"] == 2 and info["summary"]["steps"] == 2
+    assert info["log"] == str(sdir / "sft_agent.log") and info["launch"]["num_processes"] == 2
+    metrics = json.loads((sdir / "model" / "sft_metrics.json").read_text())
+    assert metrics["processes"] == 2 and metrics["tokens_trained"] > 0
+    assert AutoModelForCausalLM.from_pretrained(sdir / "model").config.use_cache  # the saved model loads
+    m = json.loads((res.run_dir / "manifest.json").read_text())
+    assert m["stages"][0]["log"] == str(sdir / "sft_agent.log") and m["stages"][0]["executed_notebook"] is None
+
+    again = Runner(load_recipe(launched), "one", **kw).run()  # a rerun: complete, same fingerprint
+    assert again.executed == [] and again.skipped == ["sft_agent"]
+
+    nb = Runner(load_recipe(write(tmp_path, HEAD + LORA_SFT, "notebook.yaml")), "notebook", **kw).run()
+    ndir = nb.run_dir / "sft_agent"
+    assert _files(sdir) - {"sft_agent.log", "sft_agent.launch.json"} == \
+        _files(ndir) - {"sft_agent.ipynb", "loss.png"}, (_files(sdir), _files(ndir))
+    ninfo = json.loads((ndir / "stage.json").read_text())
+    assert set(info) - {"log", "launch", "world_size"} == set(ninfo) - {"executed_notebook"}
+    assert set(info["summary"]) == set(ninfo["summary"]) and info["params"] == ninfo["params"]
+    from kit.report.build import collect
+
+    for run in (res.run_dir, nb.run_dir):  # the report reads both
+        assert [s["key"] for s in collect(run)["sft_runs"]] == ["sft_agent"]
+
+
+def _files(d: Path) -> set[str]:
+    return {str(f.relative_to(d)) for f in d.rglob("*") if f.is_file() and "wandb" not in f.relative_to(d).parts}
 
 
 def test_a_failing_process_fails_the_stage_with_the_logs_tail(tmp_path):
@@ -315,49 +358,3 @@ def test_a_launch_failure_is_written_once_by_the_first_process_to_fail(tmp_path)
     assert LaunchFailure.of(KeyError("x")).user_error is False
 
 
-def _files(d: Path) -> set[str]:
-    return {str(f.relative_to(d)) for f in d.rglob("*") if f.is_file() and "wandb" not in f.relative_to(d).parts}
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(3600)
-def test_sft_agent_under_accelerate_launch_with_two_cpu_processes_matches_a_notebook_run(tmp_path):
-    from transformers import AutoModelForCausalLM
-
-    from kit.runner.execute import Runner
-
-    launched = write(tmp_path, HEAD + SFT + "    launch: {num_processes: 2, cpu: true}\n", "launched.yaml")
-    kw = dict(runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", stream=open(tmp_path / "console", "w"))
-    res = Runner(load_recipe(launched), "launched", **kw).run()
-    assert res.executed == ["sft_agent"]
-    sdir = res.run_dir / "sft_agent"
-    log = (sdir / "sft_agent.log").read_text()
-    assert "process 0 of 2" in log and "process 1 of 2" in log, log[-3000:]  # both ranks ran
-    assert "stage sft_agent: process 1 of 2 done" in log
-    info = json.loads((sdir / "stage.json").read_text())
-    assert info["status"] == "complete" and info["world_size"] == 2 and info["summary"]["steps"] == 2
-    assert info["log"] == str(sdir / "sft_agent.log") and info["launch"]["num_processes"] == 2
-    metrics = json.loads((sdir / "model" / "sft_metrics.json").read_text())
-    assert metrics["processes"] == 2 and metrics["tokens_trained"] > 0
-    model = AutoModelForCausalLM.from_pretrained(sdir / "model")  # the saved model loads
-    assert model.config.use_cache
-    m = json.loads((res.run_dir / "manifest.json").read_text())
-    assert m["stages"][0]["log"] == str(sdir / "sft_agent.log") and m["stages"][0]["executed_notebook"] is None
-
-    # a rerun resumes: the stage is complete with the same fingerprint
-    again = Runner(load_recipe(launched), "launched", **kw).run()
-    assert again.executed == [] and again.skipped == ["sft_agent"]
-
-    # the same stage as a notebook: the same files, but the executed notebook (and its figure)
-    # instead of the log and the launch parameters
-    nb = Runner(load_recipe(write(tmp_path, HEAD + SFT, "notebook.yaml")), "notebook", **kw).run()
-    ndir = nb.run_dir / "sft_agent"
-    assert _files(sdir) - {"sft_agent.log", "sft_agent.launch.json"} == \
-        _files(ndir) - {"sft_agent.ipynb", "loss.png"}, (_files(sdir), _files(ndir))
-    ninfo = json.loads((ndir / "stage.json").read_text())
-    assert set(info) - {"log", "launch", "world_size"} == set(ninfo) - {"executed_notebook"}
-    assert set(info["summary"]) == set(ninfo["summary"]) and info["params"] == ninfo["params"]
-    # the report reads both
-    from kit.report.build import collect
-
-    assert [s["key"] for s in collect(res.run_dir)["sft_runs"]] == ["sft_agent"]

@@ -8,6 +8,7 @@ accelerate launches, weight sync each GRPO step, tau2's orchestrator) and reruns
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,9 +71,10 @@ def test_the_rehearsal_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
     pytest.importorskip("fastapi")
     pytest.importorskip("uvicorn")
     reh = load_recipe(REHEARSAL)
-    ports = [f"servers.{sp.id}.port={free_port()}" for sp in reh.servers]
+    ports = {sp.id: free_port() for sp in reh.servers}  # the recipe's ports may be taken on a shared machine
     cmd = [sys.executable, "-m", "kit.cli", "run", str(REHEARSAL), "--runs-dir", str(tmp_path / "runs"),
-           "--reports-dir", str(tmp_path / "reports")] + [a for p in ports for a in ("--set", p)]
+           "--reports-dir", str(tmp_path / "reports")]
+    cmd += [a for sid, port in ports.items() for a in ("--set", f"servers.{sid}.port={port}")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     run = tmp_path / "runs" / "rehearsal-cpu"
@@ -81,21 +83,42 @@ def test_the_rehearsal_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
     for ps in reh.plan:
         info = json.loads((run / ps.id / "stage.json").read_text())
         assert info["status"] == "complete", ps.id
-    # the run started every server, each logged requests, none is left
+    # the run started every server when its model existed, each answered requests, none is left
     for sp in reh.servers:
         rec = manifest["servers"][sp.id]
-        assert "stopped" in rec and served_models(rec["url"]) is None, sp.id
+        assert rec["url"] == f"http://127.0.0.1:{ports[sp.id]}/v1" and "stopped" in rec, sp.id
+        assert served_models(rec["url"]) is None, sp.id  # nothing left behind
+        with pytest.raises(ProcessLookupError):
+            os.kill(rec["pid"], 0)
         assert "/v1/chat/completions" in (run / "servers" / f"{sp.id}.log").read_text(), sp.id
+        assert f"server {sp.id}: ready" in out.stdout and f"server {sp.id}: stopped" in out.stdout, sp.id
+    # the engine sampled through the policy server, its two plans as two units in flight at once
+    synth = run / "synthesize"
+    units = [json.loads(x) for x in (synth / "units.jsonl").read_text().splitlines()]
+    assert sorted(u["unit"] for u in units) == ["r0-p0", "r0-p1"]
+    props = [json.loads(x) for x in (synth / "proposals.jsonl").read_text().splitlines()]
+    assert props and all(p["decisions"] for p in props)  # the served model made the decisions
+    from kit.engine.audit import audit_run
+
+    assert audit_run(synth)["problems"] == []
     # 2-process launches for both SFT stages and GRPO
     for sid in ("sft_user", "sft_agent", "grpo"):
         log = (run / sid / f"{sid}.log").read_text()
         assert "process 0 of 2" in log and "process 1 of 2" in log, sid
-    # GRPO pushed each step's weights to its rollout server, which then sampled them by their folder
-    sync = run / "grpo" / "sync"
+        assert json.loads((run / sid / "stage.json").read_text())["world_size"] == 2, sid
+    # GRPO: rollouts from the server (text re-tokenized: transformers serve returns no token ids); after each
+    # step the weights went to sync/step-N, which the unpinned server loaded and step N+1 sampled by name
+    history = [json.loads(x) for x in (run / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert len(history) == 2
+    for m in history:
+        assert m["skipped"] == 0, m["skip_reason"]
+        assert m["train/turns"] >= 1 and m["train/retokenized_turns"] == m["train/turns"]
+        assert m["train/unmatched_turns"] == 0 and m["time/weight_sync_s"] > 0
+    sync = (run / "grpo" / "sync").resolve()
+    assert (sync / "step-1" / "config.json").exists() and (sync / "step-2" / "config.json").exists()
     policy_log = (run / "servers" / "grpo_policy.log").read_text()
-    steps = sorted(p.name for p in sync.iterdir() if p.name.startswith("step-")) if sync.exists() else []
-    assert "step-2" in steps, steps
-    assert str((sync / "step-1").resolve()) in policy_log or "step-1" in policy_log
+    assert f"Loading {sync / 'step-1'}" in policy_log, policy_log[-2000:]
+    assert f"Model: {sync / 'step-1'}" in policy_log  # step 2's episodes were sampled from step 1's weights
     # the RL agent was scored through tau2's orchestrator, on the run's own RL server
     ev = json.loads((run / "eval_rl" / "eval.json").read_text())
     assert ev["meta"]["protocol"] == "tau2", ev["meta"]
@@ -106,3 +129,5 @@ def test_the_rehearsal_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.count("skipped") >= len(reh.plan) and "starting transformers" not in again.stdout
+    for sp in reh.servers:  # one start each in the server logs
+        assert (run / "servers" / f"{sp.id}.log").read_text().count("--- ") == 1, sp.id

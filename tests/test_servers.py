@@ -6,7 +6,6 @@ already answers, and leaving no server process behind. No fake server.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -227,43 +226,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-E2E = """name: srv-e2e
-domain: mock
-check_budgets: false
-defaults: {{threads: 1}}
-servers:
-  - {{id: smol, engine: transformers, model: "{model}", port: {port}, args: [--device, cpu], start_timeout_s: 300}}
-stages:
-  - stage: evaluate
-    params: {{model: "server:smol", user_model: "server:smol", split: heldout, trials: 1, limit: 1,
-             max_messages: 2, max_new_tokens: 8, user_max_new_tokens: 8}}
-"""
-
-
-@pytest.mark.slow
-def test_kit_run_starts_the_server_an_evaluation_samples_and_leaves_no_process(tmp_path):
-    port = free_port()
-    p = write(tmp_path, E2E.format(model=_embedded(), port=port))
-    cmd = [sys.executable, "-m", "kit.cli", "run", str(p), "--runs-dir", str(tmp_path / "runs"),
-           "--reports-dir", str(tmp_path / "reports")]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    run = tmp_path / "runs" / "srv-e2e"
-    log = run / "servers" / "smol.log"
-    assert log.is_file() and "serve" in log.read_text() and "/v1/chat/completions" in log.read_text()
-    info = json.loads((run / "evaluate" / "stage.json").read_text())
-    assert info["status"] == "complete"
-    manifest = json.loads((run / "manifest.json").read_text())
-    rec = manifest["servers"]["smol"]
-    assert rec["url"] == f"http://127.0.0.1:{port}/v1" and "stopped" in rec
-    assert not _alive(rec["pid"]) and served_models(rec["url"]) is None  # nothing left behind
-    assert "server smol: ready" in out.stdout and "server smol: stopped" in out.stdout
-
-    # a rerun of the complete run starts no server: every stage that uses it is complete
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "skipped" in again.stdout and "server smol" not in again.stdout
-    assert log.read_text().count("--- ") == 1
+# `kit run` starting, using and stopping a recipe's servers end to end: tests/test_rehearsal.py (five of them)
 
 
 @pytest.mark.slow
