@@ -370,19 +370,11 @@ def test_engine_config_names_the_bad_field(tmp_path):
 
 @pytest.fixture(scope="module")
 def mock_run(tmp_path_factory):
-    """One engine run shared by the tests below, built once per test session even when pytest-xdist hands
-    them to two workers (a module fixture was built twice in CI: 2 x 110 s): the run goes to the session's
-    shared temp folder under a file lock, and a complete run there is resumed, which does nothing."""
-    from filelock import FileLock
-
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # xdist: <session>/popen-gwN
-    out = shared / "engine-mock-run" / "mock"
+    out = tmp_path_factory.mktemp("engine") / "mock"
     cfg = EngineConfig(domain="mock", out_dir=str(out), rounds=2, num_plans=2, tasks_per_plan=1, group_size=1,
                        max_messages=4, max_new_tokens=32, user_max_new_tokens=32, llm_judge=False, wandb=False, seed=1,
                        rl_share=0.5)
-    with FileLock(str(shared / "engine-mock-run.lock")):
-        return cfg, run_engine(cfg, progress=False)
+    return cfg, run_engine(cfg, progress=False)
 
 
 @pytest.mark.slow
