@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.kit-setup-stamp
 # torch would pull a multi-GB CUDA build. On a GPU box, override: make setup TORCH_SPEC=...
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
-# --durations: the 12 slowest tests are listed at the end, to keep an eye on the ~15 min budget
+# --durations: the 25 slowest tests are listed at the end, to keep an eye on the ~20 min budget
 # pytest-xdist workers: most tests run one thread, so two workers use both cores of a small machine.
 # Tests that share an expensive module fixture carry an xdist_group (--dist loadgroup keeps them together).
 TEST_WORKERS ?= 2
@@ -51,7 +51,7 @@ run: setup
 	$(KIT) run recipes/quickstart-cpu.yaml
 
 test: setup browser
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=12 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 # headless Chromium for the report test (Debian's `chromium`): installed when missing and we are root
 browser:
