@@ -16,6 +16,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))  # shared test helpers (tests/_serving.py)
 
 
+@pytest.fixture
+def gpu_env(tmp_path, monkeypatch):
+    """GPU recipes name their model folders through environment variables: point them at stand-ins."""
+    for var in ("KIT_AGENT_MODEL", "KIT_USER_MODEL"):
+        d = tmp_path / var
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+        monkeypatch.setenv(var, str(d))
+
+
 @pytest.fixture(scope="module")
 def listener():
     """A listening loopback socket the sandbox tests own (one per test module): a contained checker

@@ -23,15 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 REHEARSAL = ROOT / "recipes" / "rehearsal-cpu.yaml"
 
 
-@pytest.fixture
-def gpu_env(tmp_path, monkeypatch):
-    for var in ("KIT_AGENT_MODEL", "KIT_USER_MODEL"):
-        d = tmp_path / var
-        d.mkdir()
-        (d / "config.json").write_text("{}")
-        monkeypatch.setenv(var, str(d))
-
-
 def _shape(recipe):
     return [(ps.id, ps.stage, bool(ps.launch)) for ps in recipe.plan]
 

@@ -34,16 +34,6 @@ def write(tmp_path: Path, text: str, name: str = "r.yaml") -> Path:
 # ----- the committed recipes ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def gpu_env(tmp_path, monkeypatch):
-    """GPU recipes name their model folders through environment variables: point them at stand-ins."""
-    for var in ("KIT_AGENT_MODEL", "KIT_USER_MODEL"):
-        d = tmp_path / var
-        d.mkdir()
-        (d / "config.json").write_text("{}")
-        monkeypatch.setenv(var, str(d))
-
-
 def test_every_committed_recipe_validates(gpu_env):
     assert RECIPES, "no recipes found"
     names = {p.relative_to(ROOT).as_posix() for p in RECIPES}

@@ -186,12 +186,7 @@ def test_validate_prints_the_server_plan(tmp_path):
     assert "grpo        model<-sft_agent" in out.stdout and "user_model<-server:tuned" in out.stdout
 
 
-def test_the_gpu_recipes_declare_their_servers(tmp_path, monkeypatch):
-    for var in ("KIT_AGENT_MODEL", "KIT_USER_MODEL"):
-        d = tmp_path / var
-        d.mkdir()
-        (d / "config.json").write_text("{}")
-        monkeypatch.setenv(var, str(d))
+def test_the_gpu_recipes_declare_their_servers(gpu_env):
     for d in ("airline", "retail", "telecom"):
         r = load_recipe(ROOT / f"recipes/{d}-qwen3.yaml", check_gpu=False)
         plans = {sp.id: sp for sp in r.servers}
