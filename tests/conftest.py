@@ -26,6 +26,15 @@ def gpu_env(tmp_path, monkeypatch):
         monkeypatch.setenv(var, str(d))
 
 
+@pytest.fixture(scope="session")
+def tiny_chain(tmp_path_factory):
+    """The tiny whole chain under papermill (tests/_tiny_chain.py), once per worker: mark its users
+    `xdist_group("tiny_chain")`."""
+    from _tiny_chain import run_tiny_chain
+
+    return run_tiny_chain(tmp_path_factory.mktemp("tiny_chain"))
+
+
 @pytest.fixture(scope="module")
 def listener():
     """A listening loopback socket the sandbox tests own (one per test module): a contained checker

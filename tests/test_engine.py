@@ -461,7 +461,7 @@ def test_engine_rerun_of_a_complete_run_does_nothing(mock_run):
 def test_kill_minus_9_then_rerun_resumes_without_loss_or_duplicates(tmp_path):
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "kit.cli", "synthesize", "--domain", "mock", "--out", str(out), "--rounds", "1",
-           "--num-plans", "3", "--tasks-per-plan", "1", "--group-size", "0", "--no-wandb", "--seed", "3"]
+           "--num-plans", "2", "--tasks-per-plan", "1", "--group-size", "0", "--no-wandb", "--seed", "3"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     units = out / "units.jsonl"
@@ -469,17 +469,17 @@ def test_kill_minus_9_then_rerun_resumes_without_loss_or_duplicates(tmp_path):
     while time.time() < deadline and proc.poll() is None and not (units.exists() and units.read_text().strip()):
         time.sleep(0.2)
     assert proc.poll() is None, f"run ended before it could be killed: {proc.stderr.read()[-2000:]}"
-    proc.send_signal(signal.SIGKILL)  # in the middle of the second unit
+    proc.send_signal(signal.SIGKILL)  # in the middle of the second (last) unit
     proc.wait()
     done_before = [json.loads(x)["unit"] for x in units.read_text().splitlines()]
-    assert len(done_before) < 3
+    assert len(done_before) < 2
     rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     committed = [json.loads(x)["unit"] for x in units.read_text().splitlines()]
-    assert sorted(committed) == ["r0-p0", "r0-p1", "r0-p2"]  # each once, the killed ones redone
+    assert sorted(committed) == ["r0-p0", "r0-p1"]  # each once, the killed one redone
     assert committed[: len(done_before)] == done_before
     props = read_jsonl(out / "proposals.jsonl")
-    assert sorted(p["unit"] for p in props) == ["r0-p0", "r0-p1", "r0-p2"]
+    assert sorted(p["unit"] for p in props) == ["r0-p0", "r0-p1"]
     assert audit_run(out)["problems"] == []
 
 
@@ -489,7 +489,7 @@ domain: kit.envs.library          # a domain of one's own, by its module: nothin
 check_budgets: false
 stages:
   - stage: synthesize
-    params: {rounds: 1, num_plans: 2, tasks_per_plan: 2, group_size: 1, max_messages: 4, max_new_tokens: 32,
+    params: {rounds: 1, num_plans: 1, tasks_per_plan: 2, group_size: 1, max_messages: 4, max_new_tokens: 32,
              user_max_new_tokens: 32, llm_judge: false, wandb: false}
 """
 
@@ -519,7 +519,7 @@ def test_a_custom_domain_from_a_recipe_runs_through_the_synthesize_stage(tmp_pat
     out = tmp_path / "library"
     outputs = run(Config(**synth.params), Stage("synthesize", synth.params, {"out_dir": str(out)}))
     props = read_jsonl(out / "proposals.jsonl")
-    assert outputs.proposals == 4 and len(props) == 4 and any(p["task_id"] for p in props), [p["failure"] for p in props]
+    assert outputs.proposals == 2 and len(props) == 2 and any(p["task_id"] for p in props), [p["failure"] for p in props]
     tools = {c["call"].split("(")[0] for p in props for c in p["explored"]}
     assert tools <= {"get_member", "get_book"} and tools  # it explored the library with its read tools
     rep = audit_run(out)

@@ -6,8 +6,8 @@ kit.eval.runner.evaluate with the scripted roles of one mock task (kit/rollout/s
 tasks (one passes, two fail with a wrong write), the second arm cut by max_messages; one engine unit
 committed by kit.engine.store.RunStore with a checker from kit.engine.validate.make_checker (its real
 mutation report), rollouts verified by the checker and attributed (kit.checkers.attribution), and a
-rejected proposal. The slow test runs a tiny recipe with the embedded model end to end (papermill)
-and browses its report.
+rejected proposal. The slow test browses the report of the tiny chain the notebook test runs with the
+embedded model end to end (papermill; tests/_tiny_chain.py).
 """
 
 from __future__ import annotations
@@ -335,44 +335,24 @@ def test_report_browser_filters_to_failed_episodes_in_headless_chromium(scripted
     assert len(re.findall(r'class="eb-episode" data-episode="eval:[a-z]+/evaluate/' + re.escape(ids[1]), side.stdout)) == 2
 
 
-TINY = """
-name: tiny-browser
-check_budgets: false   # plumbing only: these budgets cannot score
-domain: mock
-base_model: embedded
-stages:
-  - stage: synthesize
-    params: {rounds: 1, num_plans: 1, tasks_per_plan: 2, group_size: 2, max_messages: 6, max_new_tokens: 24,
-             user_max_new_tokens: 24, explore_steps: 0, llm_judge: false, wandb: false}
-  - stage: evaluate
-    params: {model: embedded, label: base, split: heldout, limit: 3, trials: 1, max_messages: 6, max_new_tokens: 32,
-             user_max_new_tokens: 32, allow_overlap: true}
-  - stage: report
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_a_real_tiny_runs_report_browses_its_failed_episodes_in_chromium(tmp_path):
-    """The embedded model through papermill (about 2.5 minutes on 2 cores): the report the run itself rendered."""
+@pytest.mark.xdist_group("tiny_chain")  # the notebook test's tiny chain (tests/_tiny_chain.py), built once
+def test_a_real_tiny_runs_report_browses_its_failed_episodes_in_chromium(tiny_chain, tmp_path):
+    """The embedded model through papermill: the report the run itself rendered."""
     binary = chromium()
     if binary is None:
         pytest.skip("no Chromium found (apt-get install -y chromium, or set KIT_CHROMIUM)")
-    from kit.runner import load_recipe
     from kit.report.episodes import browser_data
-    from kit.runner.execute import Runner
     from kit.report.build import collect
 
-    recipe = tmp_path / "tiny.yaml"
-    recipe.write_text(TINY)
-    with open(tmp_path / "run.log", "w") as log:
-        res = Runner(load_recipe(recipe), None, tmp_path / "runs", tmp_path / "reports", stream=log).run()
+    res = tiny_chain.result
     html_path = res.report_dir / "index.html"
     payload = browser_data(collect(res.run_dir))
     assert payload["problems"] == []
     group = next(g for g in payload["groups"] if g["kind"] == "eval")
-    assert group["total"]["episodes"] == 3 and any(g["kind"] == "engine" for g in payload["groups"])
-    assert group["total"]["failed"] > 0  # a 135M agent in 6 messages: practically always
+    assert group["total"]["episodes"] == 2 and any(g["kind"] == "engine" for g in payload["groups"])
+    assert group["total"]["failed"] > 0  # a 135M agent in 2 messages: always
     dom = _browse_failed(binary, html_path, tmp_path / "profile", group["id"], ARTIFACTS / "episode-browser-tiny-run.png")
     _check_failed_view(dom, group)
     assert html_path.stat().st_size < 2_000_000

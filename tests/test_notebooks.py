@@ -150,38 +150,18 @@ def test_a_recipe_knob_reaches_the_mechanism_config_under_its_own_name(stage):
         assert getattr(built, name) == value, (stage, name)
 
 
-TINY = """
-name: tiny-notebooks
-check_budgets: false   # plumbing only: these budgets cannot score
-domain: mock
-base_model: embedded
-stages:
-  - stage: synthesize
-    params: {rounds: 1, num_plans: 1, tasks_per_plan: 1, group_size: 1, max_messages: 2, max_new_tokens: 16, user_max_new_tokens: 16,
-             explore_steps: 0, llm_judge: false}
-  - stage: sft_user
-    params: {train_steps: 1, batch_size: 1, max_seq_len: 1024, gold_limit: 2}
-  - stage: sft_agent
-    params: {train_steps: 1, batch_size: 1, max_seq_len: 1024, gold_limit: 2}
-  - stage: grpo
-    params: {train_steps: 1, group_size: 2, tasks_per_step: 1, resample_budget: 0, micro_batch_size: 2, max_new_tokens: 8,
-             max_messages: 2, user_max_new_tokens: 8, filter_mode: "off", probe_k: 2, eval_every: 1, eval_limit: 1}
-  - stage: evaluate
-    params: {trials: 1, limit: 2, max_messages: 2, max_new_tokens: 8, user_max_new_tokens: 8, label: tiny, allow_overlap: true}
-  - stage: report
-"""
+
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-def test_every_stage_notebook_runs_under_papermill_on_tiny_parameters(tmp_path):
+@pytest.mark.xdist_group("tiny_chain")  # the episode browser's slow test reads the same run
+def test_every_stage_notebook_runs_under_papermill_on_tiny_parameters(tiny_chain):
     from kit.runner import load_recipe
     from kit.runner.execute import Runner
 
-    p = tmp_path / "tiny.yaml"
-    p.write_text(TINY)
-    log = open(tmp_path / "run.log", "w")
-    res = Runner(load_recipe(p), None, tmp_path / "runs", tmp_path / "reports", stream=log).run()
+    res, p, tmp_path = tiny_chain.result, tiny_chain.recipe, tiny_chain.root
+    log = open(tmp_path / "rerun.log", "w")
     assert res.executed == list(STAGES)
     for stage in STAGES:
         out = res.run_dir / stage / f"{stage}.ipynb"
