@@ -57,6 +57,10 @@ def pytest_collection_modifyitems(config, items):
     pytest 9 reads it; a no-op where xdist's own marking worked."""
     if not os.environ.get("PYTEST_XDIST_WORKER") or not getattr(config.option, "loadgroup", False):
         return
+    # Longest first: xdist hands out work units in collection order (groups of several tests before single
+    # ones), so a long test collected late (the rehearsal, ~8 min) would start late and leave the other
+    # worker idle at the end. Slow tests first, the many short ones last to even out the two workers.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     try:
         from _pytest.nodeid import NodeId
     except ImportError:  # pytest < 9: xdist's own marking works

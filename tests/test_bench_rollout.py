@@ -28,6 +28,7 @@ def backend():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # ~17 s each: the benchmark's reference engines, through whole episodes
 @pytest.mark.parametrize("engine", ["generate", "generate_batch"])
 def test_transformers_engines_run_episodes_with_the_kits_rendering_and_token_ids(backend, engine):
     """hf-generate / hf-generate-batch: transformers' generation behind the same Backend; the

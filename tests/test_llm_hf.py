@@ -257,6 +257,7 @@ def test_prefix_cache_is_not_reused_after_weights_change(backend):
             weight.copy_(saved)
 
 
+@pytest.mark.slow  # ~26 s: six generations each way (the fast lane keeps its cheaper siblings below)
 def test_fast_path_generates_what_model_generate_does(backend):
     """Same greedy tokens and stop strings as transformers' `model.generate`, with an empty and with
     a warm prefix cache; seeded samples (temperature, top-p, the default top-k, top_k=0) are
