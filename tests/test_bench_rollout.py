@@ -10,10 +10,7 @@ pytest.importorskip("transformers")
 
 from kit.bench.engines import TransformersGenerateBatch, reference_backend
 from kit.bench.rollout import ARMS, ArmResult, bench_arms, report_lines
-from kit.envs import load_domain
 from kit.errors import BadInput
-from kit.llm.types import SamplingParams
-from kit.rollout import RolloutConfig, run_episodes
 
 LINE = re.compile(r"(?P<arm>[\w-]+): (?P<tokens>\d+) tokens in [\d.]+ s, [\d.]+ tok/s, [\d.]+x the fastest transformers arm")
 
@@ -28,27 +25,16 @@ def backend():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.slow  # ~17 s each: the benchmark's reference engines, through whole episodes
 @pytest.mark.parametrize("engine", ["generate", "generate_batch"])
-def test_transformers_engines_run_episodes_with_the_kits_rendering_and_token_ids(backend, engine):
-    """hf-generate / hf-generate-batch: transformers' generation behind the same Backend; the
-    completions carry the sampled ids, counted as the kit's path counts them."""
+def test_transformers_engines_share_the_kits_model_and_rendering(backend, engine):
+    """hf-generate / hf-generate-batch: transformers' generation behind the same Backend (their episodes:
+    test_bench_reports_one_line_per_arm_on_the_same_episodes)."""
     ref = reference_backend(backend, engine)
-    assert (ref.engine, ref.tool_mode, ref.model) == (engine, backend.tool_mode, backend.model)
-    assert ref.prefix_cache is None and not ref.fast_decode and not ref.caps.stats
-    dom = load_domain("mock")
-    params = SamplingParams(temperature=1.0, max_new_tokens=8)
-    cfg = RolloutConfig(max_messages=4, seed=0, agent_params=params, user_params=params)
     try:
-        trajs = run_episodes(dom, [dom.tasks()[0]] * 2, ref, ref, cfg, progress=False)
+        assert (ref.engine, ref.tool_mode, ref.model) == (engine, backend.tool_mode, backend.model)
+        assert ref.prefix_cache is None and not ref.fast_decode and not ref.caps.stats
     finally:
         ref.close()
-    generated = [m for t in trajs for m in t.messages if m.meta.get("completion_tokens")]
-    assert {m.role for m in generated} == {"assistant", "user"}
-    for m in generated:
-        ids = m.meta["token_ids"]
-        assert 0 < len(ids) == m.meta["completion_tokens"] <= 8
-        assert m.meta["prompt_tokens"] > 100  # the rendered system prompt and policy
 
 
 def test_unknown_engine_or_backend_is_refused(backend):
@@ -79,6 +65,13 @@ def test_bench_reports_one_line_per_arm_on_the_same_episodes(backend):
     assert [x.split(":")[0] for x in lines if x.startswith("repeat")] == ["repeat 1/1"] * len(ARMS)
     assert sum(x.startswith("kit profile: prefill") for x in lines) == 1  # the kit engine's arms only
     assert not any(x.startswith("hf-") and "profile" in x for x in lines)
+    for r in results:  # every arm ran whole episodes; the completions carry the sampled ids, counted as the kit counts
+        generated = [m for t in r.trajectories for m in t.messages if m.meta.get("completion_tokens")]
+        assert len(r.trajectories) == 2 and {m.role for m in generated} == {"assistant", "user"}, r.arm
+        for m in generated:
+            assert 0 < len(m.meta["token_ids"]) == m.meta["completion_tokens"] <= 4, r.arm
+            assert m.meta["prompt_tokens"] > 100, r.arm  # the rendered system prompt and policy
+        assert r.tokens == sum(m.meta["completion_tokens"] for m in generated), r.arm
 
 
 def test_a_failing_arm_is_reported_with_its_error_and_the_others_go_on(backend, monkeypatch):

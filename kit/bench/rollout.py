@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kit.envs import load_domain
 from kit.llm.types import SamplingParams
@@ -46,6 +46,7 @@ class ArmResult:
     seconds: float = 0.0
     profile: str = ""
     error: str | None = None
+    trajectories: list = field(default_factory=list, repr=False, compare=False)  # the episodes it generated
 
     @property
     def tok_s(self) -> float:
@@ -182,7 +183,7 @@ def bench_arms(backend, arms: Sequence[str] = ARMS, domain: str = "mock", task_i
             trajs = attempt(arm, lambda arm=arm, b=b: _run(arm, b, dom, task, group, max_messages, params, seed))
             if trajs is None:
                 continue
-            res = ArmResult(arm, _tokens(trajs), time.perf_counter() - t0, _profile(b, before))
+            res = ArmResult(arm, _tokens(trajs), time.perf_counter() - t0, _profile(b, before), trajectories=trajs)
             runs[arm].append(res)
             if log is not None:
                 log(f"repeat {r + 1}/{repeat}: {arm} {res.tokens} tokens in {res.seconds:.1f} s")
