@@ -150,9 +150,6 @@ def test_a_recipe_knob_reaches_the_mechanism_config_under_its_own_name(stage):
         assert getattr(built, name) == value, (stage, name)
 
 
-
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.xdist_group("tiny_chain")  # the episode browser's slow test reads the same run
