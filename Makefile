@@ -50,11 +50,13 @@ run: setup
 	$(KIT) doctor
 	$(KIT) run recipes/quickstart-cpu.yaml
 
-test: setup browser
+# the venv (pip) and the browser (apt) are set up side by side: on a fresh machine both wait on the network
+test:
+	@$(MAKE) --no-print-directory -j3 setup browser
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 # headless Chromium for the report test (Debian's `chromium`): installed when missing and we are root
-browser:
+browser: sandbox-walls
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \

@@ -144,12 +144,13 @@ def test_user_deviation_checks_flag_invented_facts_unasked_tools_and_early_stops
     assert user_deviations(task, clean) == []
 
 
-@pytest.mark.parametrize("domain", ["airline", "retail"])
-def test_airline_and_retail_gold_dialogues_run_the_loop_and_their_prompts_carry_policy_and_tools(domain):
-    """What the model-driven test below adds for airline and retail beside telecom (the longest prompt, and
-    user tools): the loop plays their gold dialogues to reward 1 in kit and tau2, and the agent's first
-    prompt, rendered with the embedded model's tokenizer as the HF backend renders it, holds the whole
-    policy and every tool."""
+@pytest.mark.parametrize("domain", ["airline", "retail", "telecom"])
+def test_big_domains_gold_dialogues_run_the_loop_and_their_prompts_carry_policy_and_tools(domain):
+    """What the model-driven test below would add for the big domains (their prompts take a 2-core CPU a
+    minute or more to prefill, so it runs mock): the loop plays their gold dialogues to reward 1 in kit and
+    tau2, and the agent's first prompt, rendered with the embedded model's tokenizer as the HF backend
+    renders it, holds the whole policy and every tool; on telecom the user's first prompt holds the user's
+    device tools (its gold dialogues call them: the scripted telecom test above)."""
     from transformers import AutoTokenizer
 
     from kit.llm import ensure_embedded_model
@@ -168,19 +169,28 @@ def test_airline_and_retail_gold_dialogues_run_the_loop_and_their_prompts_carry_
     assert dom.policy.strip()[-200:] in prompt and prompt.rstrip().endswith("assistant")
     assert all(f'"{t}"' in prompt for t in dom.tool_names("assistant"))
     assert len(tok(prompt)["input_ids"]) > 2000
+    if dom.tool_names("user"):
+        from kit.rollout.prompts import user_system_prompt
+        from kit.rollout.views import user_view
+
+        task = dom.tasks()[0]
+        system = user_system_prompt(task, True)
+        uconv = user_view([Message(role="assistant", content="Hi! How can I help you today?")], system)
+        uprompt = render_prompt(tok, uconv, dom.tool_schemas("user"), "prompt")
+        assert system.strip()[-200:] in uprompt
+        assert all(f'"{t}"' in uprompt for t in dom.tool_names("user"))
 
 
 @pytest.mark.slow
-# airline and retail: the test above (their prompts hold policy and tools; their gold dialogues through the loop)
-@pytest.mark.parametrize("domain", ["mock", "telecom"])
+# airline, retail and telecom: the test above (their prompts hold policy and tools, telecom's user prompt its
+# device tools; their gold dialogues through the loop)
+@pytest.mark.parametrize("domain", ["mock"])
 def test_embedded_model_episodes_through_the_hf_backend(domain, hf_backend):
     dom = load_domain(domain)
     task = dom.tasks()[0]
     from kit.llm.types import SamplingParams
-    # Small on purpose: the big domains' prompts (policy + tools) are 4-8k tokens, and a
-    # 2-core CPU prefills ~300 tokens/s. One user turn and one agent turn prove the path.
-    group = 2 if domain == "mock" else 1
-    cfg = RolloutConfig(max_messages=4 if domain == "mock" else 2, seed=0,
+    group = 2
+    cfg = RolloutConfig(max_messages=4, seed=0,
                         agent_params=SamplingParams(temperature=1.0, max_new_tokens=24),
                         user_params=SamplingParams(temperature=1.0, max_new_tokens=24))
     trajs = run_episodes(dom, [task] * group, hf_backend, hf_backend, cfg, progress=False)
