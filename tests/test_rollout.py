@@ -1,4 +1,8 @@
-"""Multi-turn rollouts: the loop (scripted roles), bad model output, limits, real models."""
+"""Multi-turn rollouts: the loop (scripted roles), bad model output, limits, real models.
+
+Episodes through an OpenAI endpoint (`transformers serve`): tests/test_rehearsal.py (the engine and every
+evaluation of its run sample through served models, one scored by tau2's orchestrator) and
+tests/test_llm_openai.py (prompt and native tool modes against a served model)."""
 
 import pytest
 
@@ -240,26 +244,3 @@ def hf_backend():
     torch.set_num_threads(1)
     yield make_backend("embedded")
     torch.set_num_threads(threads)
-
-
-@pytest.mark.slow
-def test_embedded_model_episodes_through_transformers_serve(tmp_path):
-    from _serving import serving
-
-    from kit.llm import ensure_embedded_model, make_backend
-    from kit.llm.types import SamplingParams
-
-    folder = str(ensure_embedded_model())
-    dom = load_domain("mock")
-    task = dom.tasks()[0]
-    with serving(folder, tmp_path / "serve.log") as url:
-        backend = make_backend({"spec": f"openai:{url}#{folder}", "tool_mode": "prompt"})
-        cfg = RolloutConfig(max_messages=4, seed=0, agent_params=SamplingParams(temperature=1.0, max_new_tokens=24),
-                            user_params=SamplingParams(temperature=1.0, max_new_tokens=24))
-        trajs = run_episodes(dom, [task] * 2, backend, backend, cfg, progress=False)
-        backend.close()
-    assert len(trajs) == 2
-    for traj in trajs:
-        assert [m.role for m in traj.messages][:2] == ["assistant", "user"]
-        assert any(m.meta.get("prompt_tokens") for m in traj.messages)
-        assert same_verdict(verify(dom, task, traj).summary(), tau2_verdict("mock", task, traj))
