@@ -1,6 +1,8 @@
-"""The tiny whole chain every stage notebook runs in (papermill through `kit run`, the embedded model):
-built once per pytest worker by the `tiny_chain` fixture (tests/conftest.py) and read by the notebook test
-and by the episode browser's real-run test (both in xdist group `tiny_chain`, so one worker builds it)."""
+"""The tiny whole chain every stage notebook runs in (papermill through `kit run`): built once per pytest
+worker by the `tiny_chain` fixture (tests/conftest.py) and read by the notebook test and by the episode
+browser's real-run test (both in xdist group `tiny_chain`, so one worker builds it). Its base model is a
+small random-weight Llama with the embedded tokenizer (tests/_tiny_model.py): the notebooks and the run
+folder are under test, not the model (SmolLM2-135M made the chain ~2.5 minutes of a 2-core machine)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ TINY = """
 name: tiny-notebooks
 check_budgets: false   # plumbing only: these budgets cannot score
 domain: mock
-base_model: embedded
+base_model: {base_model}
 stages:
   - stage: synthesize
     params: {rounds: 1, num_plans: 1, tasks_per_plan: 1, group_size: 1, max_messages: 2, max_new_tokens: 16, user_max_new_tokens: 16,
@@ -40,8 +42,10 @@ def run_tiny_chain(root: Path) -> TinyChain:
     from kit.runner import load_recipe
     from kit.runner.execute import Runner
 
+    from _tiny_model import tiny_model_folder
+
     recipe = root / "tiny.yaml"
-    recipe.write_text(TINY)
+    recipe.write_text(TINY.replace("{base_model}", str(tiny_model_folder(root / "tiny-model"))))
     with open(root / "run.log", "w") as log:
         res = Runner(load_recipe(recipe), None, root / "runs", root / "reports", stream=log).run()
     return TinyChain(res, recipe, root)

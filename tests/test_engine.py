@@ -358,6 +358,40 @@ def test_old_rejection_records_load_typed_and_count_as_before():
         "write_failed": 1, "empty_value": 1, "other": 2, "checker_strength": 1, "grounded_args": 1}
 
 
+def test_units_in_threads_build_the_engines_tokenizer_once(tmp_path, monkeypatch):
+    """Two units reaching Engine.tokenizer at once built it twice, or failed inside transformers' lazy
+    import ("cannot import name 'AutoTokenizer'"; the rehearsal, once its model was fast). The backends are
+    a stand-in object: this is about the lock, and with `sft_tokenizer` set no backend is asked."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import transformers
+
+    from kit.engine.run import Engine
+
+    from types import SimpleNamespace
+
+    stand_in = SimpleNamespace(caps=SimpleNamespace(scores=False, tokenizer=False))
+    eng = Engine(EngineConfig(domain="mock", out_dir=str(tmp_path / "e"), sft_tokenizer="embedded", wandb=False),
+                 progress=False, backends=dict.fromkeys(("model", "agent", "user"), stand_in))
+    real, calls, both_in = transformers.AutoTokenizer.from_pretrained, [], threading.Barrier(2)
+
+    def slow(*a, **k):
+        calls.append(1)
+        time.sleep(0.3)  # the second unit arrives while the first one builds
+        return real(*a, **k)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", slow)
+
+    def unit(_):
+        both_in.wait()
+        return eng.tokenizer
+
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(unit, range(2))
+    assert len(calls) == 1 and first is second
+
+
 def test_engine_config_names_the_bad_field(tmp_path):
     with pytest.raises(ValidationError, match="rounds"):
         EngineConfig(domain="mock", out_dir=str(tmp_path), rounds=0)

@@ -6,8 +6,8 @@ kit.eval.runner.evaluate with the scripted roles of one mock task (kit/rollout/s
 tasks (one passes, two fail with a wrong write), the second arm cut by max_messages; one engine unit
 committed by kit.engine.store.RunStore with a checker from kit.engine.validate.make_checker (its real
 mutation report), rollouts verified by the checker and attributed (kit.checkers.attribution), and a
-rejected proposal. The slow test browses the report of the tiny chain the notebook test runs with the
-embedded model end to end (papermill; tests/_tiny_chain.py).
+rejected proposal. The slow test browses the report of the tiny chain the notebook test runs end to end
+(papermill, a small random-weight model; tests/_tiny_chain.py).
 """
 
 from __future__ import annotations
@@ -339,7 +339,7 @@ def test_report_browser_filters_to_failed_episodes_in_headless_chromium(scripted
 @pytest.mark.timeout(1800)
 @pytest.mark.xdist_group("tiny_chain")  # the notebook test's tiny chain (tests/_tiny_chain.py), built once
 def test_a_real_tiny_runs_report_browses_its_failed_episodes_in_chromium(tiny_chain, tmp_path):
-    """The embedded model through papermill: the report the run itself rendered."""
+    """A real run through papermill (the tiny chain: tests/_tiny_chain.py): the report the run itself rendered."""
     binary = chromium()
     if binary is None:
         pytest.skip("no Chromium found (apt-get install -y chromium, or set KIT_CHROMIUM)")
@@ -352,7 +352,7 @@ def test_a_real_tiny_runs_report_browses_its_failed_episodes_in_chromium(tiny_ch
     assert payload["problems"] == []
     group = next(g for g in payload["groups"] if g["kind"] == "eval")
     assert group["total"]["episodes"] == 2 and any(g["kind"] == "engine" for g in payload["groups"])
-    assert group["total"]["failed"] > 0  # a 135M agent in 2 messages: always
+    assert group["total"]["failed"] > 0  # random weights in 2 messages: always
     dom = _browse_failed(binary, html_path, tmp_path / "profile", group["id"], ARTIFACTS / "episode-browser-tiny-run.png")
     _check_failed_view(dom, group)
     assert html_path.stat().st_size < 2_000_000

@@ -139,10 +139,9 @@ def test_a_launch_over_several_machines_gives_each_rank_its_command_and_a_slurm_
     assert "export ACCELERATE_USE_CPU=true" in script and f"cd {tmp_path}" in script
 
 
-# LoRA adapters on SmolLM2-135M, 2 optimizer steps of 2 short rows per process: small enough for two
-# training processes beside another job (the full fine-tuning version of this test was withdrawn after
-# its first run failed under memory pressure); lr 1e-3 so that 2 steps move the merged weights well
-# above float noise
+# LoRA adapters on a small random-weight Llama with the embedded tokenizer (tests/_tiny_model.py: the
+# launch's plumbing, not the model, is under test; SmolLM2-135M made the test ~2 minutes), 2 optimizer
+# steps of 2 short rows per process; lr 1e-3 so that 2 steps move the merged weights well above float noise
 LORA_SFT = ("  - stage: sft_agent\n    params: {data: gold, gold_limit: 2, train_steps: 2, batch_size: 2, "
             "max_seq_len: 384, lora: true, lora_r: 8, lora_alpha: 16, lr: 1.0e-3, save_every: 0}\n")
 
@@ -155,13 +154,15 @@ def test_two_machines_on_loopback_train_the_same_weights_as_one_machine(tmp_path
     processes trains: the same global batch (2 processes x 2 rows), the same data order, the same
     all-reduce. A rank given the wrong machine_rank, or a global batch split otherwise (another world
     size), does not."""
+    from _tiny_model import tiny_model_folder
     from transformers import AutoModelForCausalLM
 
-    from kit.llm import ensure_embedded_model
     from kit.runner.execute import Runner
 
+    tiny = tiny_model_folder(tmp_path / "tiny-model")
+    head = HEAD.replace("domain: mock\n", f"domain: mock\nbase_model: {tiny}\n")
     kw = dict(runs_dir=tmp_path / "runs", reports_dir=tmp_path / "reports", stream=open(tmp_path / "console", "w"))
-    two = Runner(load_recipe(write(tmp_path, HEAD + LORA_SFT + "    launch: {num_processes: 2, cpu: true, num_machines: 2}\n",
+    two = Runner(load_recipe(write(tmp_path, head + LORA_SFT + "    launch: {num_processes: 2, cpu: true, num_machines: 2}\n",
                                    "two.yaml")), "two", **kw).run()
     sdir = two.run_dir / "sft_agent"
     assert (sdir / "sft_agent.nodes.sh").is_file() and (sdir / "sft_agent.sbatch").is_file()
@@ -173,14 +174,14 @@ def test_two_machines_on_loopback_train_the_same_weights_as_one_machine(tmp_path
     metrics = json.loads((sdir / "model" / "sft_metrics.json").read_text())
     assert metrics["processes"] == 2
 
-    launched = write(tmp_path, HEAD + LORA_SFT + "    launch: {num_processes: 2, cpu: true}\n", "one.yaml")
+    launched = write(tmp_path, head + LORA_SFT + "    launch: {num_processes: 2, cpu: true}\n", "one.yaml")
     one = Runner(load_recipe(launched), "one", **kw).run()
-    _launched_stage_reads_like_a_notebook_stage(one, tmp_path, kw, launched)
+    _launched_stage_reads_like_a_notebook_stage(one, tmp_path, kw, launched, head)
     assert json.loads((one.run_dir / "sft_agent" / "model" / "sft_metrics.json").read_text())["tokens_trained"] == \
         metrics["tokens_trained"]  # the same rows reached the loss
     a = AutoModelForCausalLM.from_pretrained(sdir / "model").state_dict()
     b = AutoModelForCausalLM.from_pretrained(one.run_dir / "sft_agent" / "model").state_dict()
-    start = AutoModelForCausalLM.from_pretrained(ensure_embedded_model()).state_dict()
+    start = AutoModelForCausalLM.from_pretrained(tiny).state_dict()
     assert a.keys() == b.keys() == start.keys()
     moved = max(float((a[k] - start[k]).abs().max()) for k in a)
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
@@ -189,7 +190,7 @@ def test_two_machines_on_loopback_train_the_same_weights_as_one_machine(tmp_path
     assert worst <= 1e-6 + 1e-3 * moved, (worst, moved)  # equal up to float reassociation
 
 
-def _launched_stage_reads_like_a_notebook_stage(res, tmp_path, kw, launched):
+def _launched_stage_reads_like_a_notebook_stage(res, tmp_path, kw, launched, head):
     """One machine, two processes: both ranks ran, the stage is complete, a rerun skips it, and the same stage
     as a notebook leaves the same files (but the executed notebook and its figure instead of the log and the
     launch parameters), which the report reads alike."""
@@ -214,7 +215,7 @@ def _launched_stage_reads_like_a_notebook_stage(res, tmp_path, kw, launched):
     again = Runner(load_recipe(launched), "one", **kw).run()  # a rerun: complete, same fingerprint
     assert again.executed == [] and again.skipped == ["sft_agent"]
 
-    nb = Runner(load_recipe(write(tmp_path, HEAD + LORA_SFT, "notebook.yaml")), "notebook", **kw).run()
+    nb = Runner(load_recipe(write(tmp_path, head + LORA_SFT, "notebook.yaml")), "notebook", **kw).run()
     ndir = nb.run_dir / "sft_agent"
     assert _files(sdir) - {"sft_agent.log", "sft_agent.launch.json"} == \
         _files(ndir) - {"sft_agent.ipynb", "loss.png"}, (_files(sdir), _files(ndir))

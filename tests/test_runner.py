@@ -315,6 +315,7 @@ def executions(run_dir: Path) -> list[str]:
     return f.read_text().split() if f.exists() else []
 
 
+@pytest.mark.slow  # ~30 s of notebook kernels: make test runs it, the fast lane does not
 def test_failing_stage_keeps_its_traceback_and_a_rerun_resumes_there(tmp_path, monkeypatch):
     from kit.runner.execute import Runner, StageFailed
 
@@ -366,6 +367,7 @@ def test_failing_stage_keeps_its_traceback_and_a_rerun_resumes_there(tmp_path, m
     assert json.loads((run_dir / "evaluate" / "stage.json").read_text())["summary"]["tag"] == tag
 
 
+@pytest.mark.slow  # ~30 s of notebook kernels: make test runs it, the fast lane does not
 def test_changed_kit_code_reruns_the_stages_that_reach_it_and_only_those(tmp_path):
     """The fingerprint covers code: edit a module one stage reaches (here kit/train/sft.py, reached by
     the sft_agent stub) and that stage and those reading it rerun; the others are skipped."""

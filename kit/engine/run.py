@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -91,6 +92,7 @@ class Engine:
         self.out = self.store.dir
         self.prompts = Prompts(cfg.templates_dir)
         self._backends: dict[str, Any] = {}
+        self._lazy = threading.Lock()  # units run in threads: one builds a lazy member, the others wait
         given = backends or {}
         self.engine_llm = given.get("model") or self._backend(cfg.model)
         self.agent = given.get("agent") or self._backend(cfg.agent_model or cfg.model)
@@ -109,12 +111,20 @@ class Engine:
         from kit.llm import make_backend
 
         key = json.dumps(spec, sort_keys=True, default=str)
-        if key not in self._backends:
-            self._backends[key] = make_backend(spec)
+        with self._lazy:
+            if key not in self._backends:
+                self._backends[key] = make_backend(spec)
         return self._backends[key]
 
     @property
     def tokenizer(self):
+        """Built once, on first use. Under a lock: two units reaching it at once made two tokenizers, or
+        failed ("cannot import name 'AutoTokenizer' from 'transformers'": its lazy import is not
+        thread-safe; seen in the rehearsal once its model was fast enough for both units to get here together)."""
+        with self._lazy:
+            return self._build_tokenizer()
+
+    def _build_tokenizer(self):
         if self._tokenizer is None:
             if self.cfg.sft_tokenizer:
                 from transformers import AutoTokenizer
@@ -136,10 +146,11 @@ class Engine:
 
     @property
     def sandbox(self):
-        if self._sandbox is None:
-            from kit.checkers.sandbox import default_sandbox
+        with self._lazy:
+            if self._sandbox is None:
+                from kit.checkers.sandbox import default_sandbox
 
-            self._sandbox = default_sandbox()
+                self._sandbox = default_sandbox()
         return self._sandbox
 
     # ----- manifest and logging -----------------------------------------------------------------
