@@ -55,20 +55,15 @@ PRESETS = {  # LlamaConfig sizes
                    num_key_value_heads=4),
 }
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-CONVERSATIONS = [
-    [{"role": "user", "content": "Hi!"}],
-    [{"role": "user", "content": "What is 2+2?"}],
-    [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Name a color."}],
-    [{"role": "user", "content": "What is the weather in Oslo?"}],
-]
+# the prompts of tests/test_llm_hf.py and the GRPO toy of tests/test_grpo_learning.py (tests/ travels with the tree)
+sys.path.insert(0, str(ROOT / "tests"))
+from test_grpo_learning import SYSTEM, PromptTask, single_turn  # noqa: E402
+from test_llm_hf import CONVERSATIONS, TOOLS  # noqa: E402
+
 POLICY = "You are an airline support agent. " + " ".join(
     f"Rule {i}: check booking {i} and be polite before you act." for i in range(8))
 SHARED = [[{"role": "system", "content": POLICY}, {"role": "user", "content": u}]
           for u in ["Hi!", "What is 2+2?", "Cancel my flight please.", "Where is my bag?"]]
-SYSTEM = "You are a helpful assistant."
 PET_PROMPT = "Name an animal: cat or dog? Answer with one word."
 
 
@@ -412,22 +407,7 @@ def main() -> int:
         from kit.train.grpo import GRPOConfig, GRPOTrainer
         from kit.trajectory import Message, Trajectory
 
-        @dataclass
-        class PromptTask:
-            id: str
-            prompt: str
-
-        def rollout(tasks, agent, seed):  # tests/test_grpo_learning.py single_turn(6)
-            convs = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": t.prompt}] for t in tasks]
-            outs = agent.generate_batch(convs, None, SamplingParams(temperature=1.0, max_new_tokens=6, seed=seed))
-            trajs = []
-            for t, (c,) in zip(tasks, outs):
-                content = c.raw if c.parse_errors and not c.tool_calls else c.text
-                msgs = [Message(role="user", content=t.prompt),
-                        Message(role="assistant", content=content,
-                                meta={"completion_tokens": c.completion_tokens, "token_ids": c.token_ids})]
-                trajs.append(Trajectory(task_id=t.id, messages=msgs, termination_reason="agent_stop"))
-            return trajs
+        rollout = single_turn(6)
 
         says_dog = lambda task, traj: float("dog" in (traj.messages[-1].content or "").lower())
         tok = tokenizer()
