@@ -188,8 +188,8 @@ def test_big_domains_gold_dialogues_run_the_loop_and_their_prompts_carry_policy_
 @pytest.mark.slow
 # airline, retail and telecom: the test above (their prompts hold policy and tools, telecom's user prompt its
 # device tools; their gold dialogues through the loop)
-@pytest.mark.parametrize("domain", ["mock"])
-def test_embedded_model_episodes_through_the_hf_backend(domain, hf_backend):
+def test_embedded_model_episodes_through_the_hf_backend(hf_backend):
+    domain = "mock"
     dom = load_domain(domain)
     task = dom.tasks()[0]
     from kit.llm.types import SamplingParams
