@@ -367,13 +367,7 @@ def test_units_in_threads_build_the_engines_tokenizer_once(tmp_path, monkeypatch
 
     import transformers
 
-    from kit.engine.run import Engine
-
-    from types import SimpleNamespace
-
-    stand_in = SimpleNamespace(caps=SimpleNamespace(scores=False, tokenizer=False))
-    eng = Engine(EngineConfig(domain="mock", out_dir=str(tmp_path / "e"), sft_tokenizer="embedded", wandb=False),
-                 progress=False, backends=dict.fromkeys(("model", "agent", "user"), stand_in))
+    eng = _engine_without_models(tmp_path)
     real, calls, both_in = transformers.AutoTokenizer.from_pretrained, [], threading.Barrier(2)
 
     def slow(*a, **k):
@@ -390,6 +384,43 @@ def test_units_in_threads_build_the_engines_tokenizer_once(tmp_path, monkeypatch
     with ThreadPoolExecutor(2) as pool:
         first, second = pool.map(unit, range(2))
     assert len(calls) == 1 and first is second
+
+
+def _engine_without_models(tmp_path, **knobs):
+    """An Engine whose model backends are a stand-in object: for tests of what it does with a task it is
+    handed (validation, bookkeeping), where no model is asked anything."""
+    from types import SimpleNamespace
+
+    from kit.engine.run import Engine
+
+    stand_in = SimpleNamespace(caps=SimpleNamespace(scores=False, tokenizer=False))
+    return Engine(EngineConfig(domain="mock", out_dir=str(tmp_path / "e"), sft_tokenizer="embedded", wandb=False,
+                               **knobs), progress=False, backends=dict.fromkeys(("model", "agent", "user"), stand_in))
+
+
+def test_validation_off_counts_what_each_check_finds_but_keeps_the_held_out_guard(tmp_path):
+    """`validation: false` (the no_validation arm): every check still runs, a defect is accepted and recorded
+    as `unvalidated`, and a task holding an evaluation task's solution is rejected as in the validated arm.
+    With validation on, the same defective tasks are rejected."""
+    from kit.engine.synthesize import Proposal
+
+    mock = load_domain("mock")
+    plan = PlanPair.__new__(PlanPair)  # the judge (the only reader of the plan) is off
+    defects = {"gold_runs": _task([("update_task_status", {"task_id": "task_9", "status": "completed"})],
+                                  "task_9 completed"),
+               "changes_state": _task([("update_task_status", {"task_id": "task_1", "status": "pending"})],
+                                      "task_1 should be pending"),
+               "grounded_args": _task([("create_task", {"user_id": "user_1", "title": "Pay rent"})], "You are user_1.")}
+    held = mock.tasks("default")[0].model_copy(update={"id": "copy-of-an-evaluation-task"})
+    off = _engine_without_models(tmp_path / "off", validation=False, llm_judge=False)
+    on = _engine_without_models(tmp_path / "on", validation=True, llm_judge=False)
+    for check, task in defects.items():
+        rec, reasons, would = off._validate(plan, Proposal("u", 0, "p", task=task), None)
+        assert rec is not None and reasons == [] and check in [w.check for w in would], check
+        rec, reasons, would = on._validate(plan, Proposal("u", 0, "p", task=task), None)
+        assert rec is None and reasons[0].check == check and would == [], check
+    rec, reasons, would = off._validate(plan, Proposal("u", 0, "p", task=held), None)
+    assert rec is None and [r.check for r in reasons] == ["held_out"]
 
 
 def test_engine_config_names_the_bad_field(tmp_path):
@@ -452,6 +483,32 @@ def test_engine_run_writes_every_output_and_accepted_tasks_replay_to_reward_1(mo
     assert all(p["history"] and p["history"][-1]["round"] == 0 for p in plans1)  # the reflector ran
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "complete" and m["domain"] == "mock" and m["tau2_version"]
+
+
+@pytest.mark.slow
+def test_raw_synthesis_without_validation_lets_defects_in_and_counts_them(tmp_path):
+    """The no_validation ablation's data, on a tiny real run (embedded model, mock): with raw synthesis (the
+    model's values and text kept, no repair) the engine makes defective tasks; validation off accepts them,
+    and rounds.csv counts every accepted task a check would have rejected: the same checks validation runs
+    (executable_checks, rerun here on the accepted tasks) flag the same tasks."""
+    out = tmp_path / "raw"
+    cfg = EngineConfig(domain="mock", out_dir=str(out), rounds=1, num_plans=1, tasks_per_plan=2, group_size=0,
+                       llm_judge=False, wandb=False, seed=0, raw_synthesis=True, validation=False)
+    res = run_engine(cfg, progress=False)
+    props = read_jsonl(out / "proposals.jsonl")
+    flagged = {p["task_id"]: {w["check"] for w in p["unvalidated"]} for p in props if p["accepted"] and p["unvalidated"]}
+    row = read_jsonl_csv(out / "rounds.csv")[0]
+    assert int(row["unvalidated"]) == len(flagged) >= 1, (row, props)
+    assert res.accepted == sum(p["accepted"] for p in props)
+    assert all(not p["reasons"] or p["reasons"][0]["check"] in ("synthesis", "held_out", "llm_judge") for p in props)
+    assert any(p["unrepaired"] for p in props)  # what raw synthesis kept that a repair would have changed
+    mock = load_domain("mock")
+    for t in read_jsonl(out / "tasks.jsonl"):
+        found = {r.check.value for r in executable_checks(mock, Task.model_validate(t))}
+        assert found == flagged.get(t["id"], set()) - {"duplicate", "gold_reward", "checker_strength"}, t["id"]
+    per_check = Counter(c for cs in flagged.values() for c in cs)
+    assert row["unvalidated_checks"] == " ".join(f"{k}:{v}" for k, v in sorted(per_check.items(),
+                                                                               key=lambda kv: (-kv[1], kv[0])))
 
 
 @pytest.mark.slow

@@ -193,6 +193,12 @@ class CommittedUnit:
         return [(p, Rejection.from_json(p["reasons"][0])) for p in self.proposals
                 if not p["accepted"] and p["reasons"]]
 
+    def unvalidated(self) -> list[tuple[dict, list[Rejection]]]:
+        """Each proposal accepted with validation off that a check would have rejected, with every such
+        check's reason (proposals.jsonl `unvalidated`; absent in runs of older kits)."""
+        return [(p, [Rejection.from_json(w) for w in p["unvalidated"]]) for p in self.proposals
+                if p["accepted"] and p.get("unvalidated")]
+
     @property
     def tasks(self) -> list[dict]:
         """The unit's accepted tasks (tau2 Task dicts, tasks.jsonl)."""

@@ -49,6 +49,9 @@ class RoundRow:
     reject_gold_reward: int
     reject_checker_strength: int
     reject_llm_judge: int
+    # validation off: accepted tasks that a check would have rejected, and per check how many it flagged
+    unvalidated: int
+    unvalidated_checks: str         # "gold_runs:2 grounded_args:1" (a task flagged by two checks counts in both)
     fidelity_templated: int
     episodes: int
     pass_rate: Optional[float]      # kit.metrics.PASS_RATE
@@ -160,6 +163,7 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit], pools: dict[str
 
     trajs = [t for u in units for t in u.trajectories]
     rej = Counter(why.check for u in units for _, why in u.rejections())
+    flagged = [whys for u in units for _, whys in u.unvalidated()]
     labels = Counter(f["label"] for u in units for f in u.failures)
     rewards = [t["meta"].get("reward", 0.0) for t in trajs]
     accepted = sum(p["accepted"] for p in props)
@@ -169,6 +173,8 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit], pools: dict[str
         sft_pool=sum(pools.get(i) == "sft" for i in ids), rl_pool=sum(pools.get(i) == "rl" for i in ids),
         repaired=sum(bool(p["repairs"]) for p in props),
         **{f"reject_{c.value}": rej.get(c, 0) for c in Check},
+        unvalidated=len(flagged),
+        unvalidated_checks=_counts_text(Counter(c.value for whys in flagged for c in {w.check for w in whys})),
         fidelity_templated=sum(any(str(x).startswith("fidelity:") for x in p["repairs"]) for p in props),
         episodes=len(trajs), pass_rate=round(sum(rewards) / len(rewards), 4) if rewards else None,
         **{f"failures_{k}": labels.get(k, 0) for k in FAILURE_LABELS},

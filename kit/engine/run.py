@@ -34,9 +34,8 @@ from tqdm import tqdm
 
 from kit import metrics as M
 from kit._tau2 import TAU2_VERSION
-from kit.checkers.checker import CheckedTask, Checker, run_checker
+from kit.checkers.checker import CheckedTask, run_checker
 from kit.checkers.attribution import attribute
-from kit.checkers.codegen import state_checker_source
 from kit.engine.choice import Chooser
 from kit.engine.config import EngineConfig
 from kit.engine.plans import load_plans, meta_plan, save_plans
@@ -216,30 +215,54 @@ class Engine:
         chooser = Chooser(self.engine_llm, temperature=self.cfg.choice_temperature, seed=seed)
         synth = Synthesizer(self.domain, chooser, self.prompts, explore_steps=self.cfg.explore_steps,
                             max_repairs=self.cfg.max_repairs, repair_scenario=self.cfg.repair_scenario,
-                            taken=self.seen.actions_taken)
+                            taken=self.seen.actions_taken, raw=self.cfg.raw_synthesis)
         return chooser, synth
 
-    def _validate(self, plan, prop, chooser: Chooser) -> tuple[Optional[CheckedTask], list[Rejection]]:
+    def _validate(self, plan, prop, chooser: Chooser) -> tuple[Optional[CheckedTask], list[Rejection], list[Rejection]]:
+        """(the checked task or None, why it was rejected, what validation would have rejected it for but did
+        not: `validation: false` runs every check and counts what it finds, rejecting only for the held-out
+        guard and the LLM judge, which hold in both arms of the no_validation ablation)."""
         if prop.task is None:
-            return None, [prop.failure]
-        if not self.cfg.validation:
-            code = state_checker_source(self.domain, prop.task)
-            return CheckedTask(task=prop.task, checker=Checker(code=code, origin="codegen:gold_state")), []
+            return None, [prop.failure], []
         reasons = executable_checks(self.domain, prop.task)
+        if not self.cfg.validation:
+            return self._unvalidated(plan, prop.task, chooser, reasons)
         if reasons:
-            return None, reasons
+            return None, reasons, []
         dup = self.seen.claim(prop.task)  # recorded now; forgotten if a later check rejects it
         if dup is not None:
-            return None, [dup]
+            return None, [dup], []
         rec, reasons = make_checker(self.domain, prop.task, self.sandbox)
-        if not reasons and self.cfg.llm_judge:
-            ok, decision = llm_judgment(chooser, self.prompts, plan, prop.task, self.cfg.judge_threshold)
-            if not ok:
-                reasons = [Rejection(Check.LLM_JUDGE, f"model judged the task off-plan (P(no)={decision['p_no']})")]
+        reasons = reasons or self._judge(plan, prop.task, chooser)
         if reasons:
             self.seen.forget(prop.task)
-            return None, reasons
-        return rec, []
+            return None, reasons, []
+        return rec, [], []
+
+    def _judge(self, plan, task, chooser: Chooser) -> list[Rejection]:
+        if not self.cfg.llm_judge:
+            return []
+        ok, decision = llm_judgment(chooser, self.prompts, plan, task, self.cfg.judge_threshold)
+        return [] if ok else [Rejection(Check.LLM_JUDGE, f"model judged the task off-plan (P(no)={decision['p_no']})")]
+
+    def _unvalidated(self, plan, task, chooser: Chooser, reasons: list[Rejection]):
+        """validation off: accepted unless it holds an evaluation task's solution or the judge refuses it;
+        the checker is the gold-state code (its strength tested only to count)."""
+        held = [why for why in reasons if why.check == Check.HELD_OUT]
+        if held:
+            return None, held, []
+        would = list(reasons)
+        dup = self.seen.claim(task)
+        if dup is not None:
+            would.append(dup)
+        rec, checker_reasons = make_checker(self.domain, task, self.sandbox)
+        would += checker_reasons
+        judged = self._judge(plan, task, chooser)
+        if judged:
+            if dup is None:
+                self.seen.forget(task)
+            return None, judged, []
+        return rec, [], would
 
     @property
     def seen(self) -> Seen:
@@ -259,9 +282,10 @@ class Engine:
         proposals, accepted = [], []
         for a in range(self.cfg.tasks_per_plan):
             prop = synth.propose(plan, unit, a, f"syn-{unit}-a{a}", seed=_seed(self.cfg.seed, r, p, a))
-            rec, reasons = self._validate(plan, prop, chooser)
+            rec, reasons, would = self._validate(plan, prop, chooser)
             row = prop.record()
-            row.update({"round": r, "accepted": rec is not None, "reasons": [why.to_json() for why in reasons]})
+            row.update({"round": r, "accepted": rec is not None, "reasons": [why.to_json() for why in reasons],
+                        "unvalidated": [why.to_json() for why in would]})
             if rec is None and prop.task is not None:  # a rejected task is nowhere else: its scenario and gold
                 row["task"] = json.loads(prop.task.model_dump_json(exclude_none=True))
             proposals.append(row)

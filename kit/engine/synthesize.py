@@ -35,6 +35,12 @@ offers, see kit/engine/choice.py):
                customer withhold their own id until the agent asks (`ask_for`: the gold dialogue
                holds the question and the answer); otherwise the gold dialogue states the whole
                request in its first user turn.
+  raw          (`raw=True`, the no_validation ablation's setting) the synthesizer keeps what the model
+               wrote: no world candidates in 2., a flagged free-text value kept, no repair in 3. (a
+               write that errors or changes nothing stays in the gold, a gold call's error too), the
+               model's scenario text kept in 4. (only an empty one is replaced). Each thing kept is
+               noted in the proposal's `unrepaired`; validation (kit/engine/validate.py) is what
+               catches them.
   device_fix   (telecom) instead of 1.-4.: a fault on the customer's phone, fixed by the customer's own
                device actions as the agent guides them (`_device_fix`, kit/envs/arguments/device.py).
   5. package   a tau2 Task: user scenario (persona + structured instructions), gold actions
@@ -101,6 +107,7 @@ class Proposal:
     state_changed: Optional[bool] = None
     decisions: list[dict] = field(default_factory=list)
     fidelity: dict[str, list[str]] = field(default_factory=dict)  # gate problems per model-written field
+    unrepaired: list[str] = field(default_factory=list)  # raw synthesis: what a repair would have changed
 
     def record(self) -> dict:
         return {"unit": self.unit, "attempt": self.attempt, "plan_id": self.plan_id,
@@ -108,7 +115,7 @@ class Proposal:
                 "repairs": self.repairs, "failure": self.failure.message() if self.failure else None,
                 "gold_fingerprint": self.gold_fingerprint,
                 "state_changed": self.state_changed, "decisions": self.decisions,
-                "fidelity": self.fidelity}
+                "fidelity": self.fidelity, "unrepaired": self.unrepaired}
 
 
 # ----- model-written free-text values --------------------------------------------------------------
@@ -253,8 +260,10 @@ def _parse_output(content: str) -> Any:
 
 class Synthesizer:
     def __init__(self, domain: Domain, chooser: Chooser, prompts: Prompts, explore_steps: int = 2,
-                 max_repairs: int = 2, repair_scenario: bool = True, taken: Optional[Any] = None):
+                 max_repairs: int = 2, repair_scenario: bool = True, taken: Optional[Any] = None,
+                 raw: bool = False):
         self.domain = domain
+        self.raw = raw  # keep what the model wrote (module docstring, `raw`)
         # () -> the gold action keys of the tasks accepted so far (Seen.actions_taken): world write calls
         # already in one are offered only when no other is left
         self.taken = taken
@@ -267,6 +276,7 @@ class Synthesizer:
         self.reads = [n for n in names if domain.tool_kind(n) == "read"]
         self.start: Optional[Task] = None  # the world of the current proposal (kit/envs/worlds.py)
         self.notes: list[str] = []  # the current proposal's repairs
+        self.kept: list[str] = []  # the current proposal's unrepaired defects (raw)
 
     # 1. explore
     def _read_options(self, pool: Pool, done: set[str], rng: random.Random, only: Optional[str] = None) -> list[Call]:
@@ -354,6 +364,9 @@ class Synthesizer:
                         (p for p in text_problems(v) if p.startswith(("assistant-speak", "meta-text"))), "")
                     if not problem:
                         break
+                    if self.raw:
+                        self.kept.append(f"{tool}.{p} = {v!r} ({problem})")
+                        break
                     self.chooser.log.append({"what": f"{tool}.{p} text rejected", "text": problem})
                 else:
                     if not required:  # an optional argument is left out rather than filled with noise
@@ -374,6 +387,7 @@ class Synthesizer:
         prop = Proposal(unit=unit, attempt=attempt, plan_id=plan.id)
         log_start = len(self.chooser.log)
         self.notes = prop.repairs  # template fallbacks of free-text arguments are repairs too
+        self.kept = prop.unrepaired
         try:
             self._propose(plan, prop, task_id, rng)
         except _NoTask as e:
@@ -408,8 +422,10 @@ class Synthesizer:
         before = env.fingerprint()
         for c in gold:
             obs = env.execute(c.name, dict(c.arguments), "assistant")
-            if obs.error:
+            if obs.error and not self.raw:
                 raise _NoTask(SynthesisFailure.GOLD_ACTION_ERROR, f"{c.render()}: {obs.content[:160]}")
+            if obs.error:
+                self.kept.append(f"gold call {c.render()} errors: {obs.content[:100]}")
         prop.gold_fingerprint = env.fingerprint()
         prop.state_changed = prop.gold_fingerprint != before
         scenario, phrasing, ask_for = self._scenario(plan, prop, gold, facts, request)
@@ -561,7 +577,7 @@ class Synthesizer:
             env = self.domain.fork(self.start)  # replay the writes kept so far, then try this one
             for w in writes:
                 env.execute(w.name, dict(w.arguments), "assistant")
-            world = self._world_args(plan, tool, env, rng, fixed, tried)
+            world = None if self.raw else self._world_args(plan, tool, env, rng, fixed, tried)
             if world is not None:
                 args, src = dict(world.arguments), {p: None for p in world.arguments}
             else:
@@ -571,6 +587,9 @@ class Synthesizer:
             problem = (f"error: {obs.content[:120]}" if obs.error
                        else ("no_change" if env.fingerprint() == before else None))
             if problem is None:
+                return args, src, obs, world
+            if self.raw:  # kept as the model chose it
+                self.kept.append(f"{tool}({args}) -> {problem}")
                 return args, src, obs, world
             prop.repairs.append(f"{tool}({args}) -> {problem}; chosen again")
             tried.add(json.dumps(args, sort_keys=True, default=str))
@@ -703,7 +722,14 @@ class Synthesizer:
         known = self.chooser.write(self.prompts.render(
             "synth_known_info", actions=actions, facts=fact_line, hints=plan.hints), 40, what="known_info")
         phrasing, ask_for = "free_form", ()
-        if self.repair_scenario:
+        if self.raw:
+            missing = [v for v in needed if not contains(norm(reason), v)]
+            for name, text, values in (("reason_for_call", reason, ()), ("known_info", known, missing)):
+                problems = text_problems(text, values, known_text, second_person=True)
+                prop.fidelity[name] = problems
+                if problems:
+                    prop.unrepaired.append(f"{name}: {problems[0]}")
+        elif self.repair_scenario:
             problems = text_problems(reason, (), known_text, second_person=True)
             prop.fidelity["reason_for_call"] = problems
             if problems or not reason:

@@ -396,6 +396,10 @@ def engine_section(data: dict, out: Path, figures: list) -> Optional[Section]:
         if rej:
             en.text("rejection reasons per round:")
             en.table(df[["round", *rej]])
+        if "unvalidated" in df.columns and pd.to_numeric(df["unvalidated"], errors="coerce").fillna(0).sum() > 0:
+            en.text("validation off: accepted tasks that a check would have rejected (<i>unvalidated</i>), and "
+                    "per check how many tasks it flagged; they are in this run's data:")
+            en.table(df[["round", "accepted", "unvalidated", "unvalidated_checks"]].fillna(""))
         mix = [c for c in ("kinds", "write_share", "write_coverage", "pattern_entropy", "kind_entropy", "tools")
                if c in df.columns]
         if mix:
