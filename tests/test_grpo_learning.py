@@ -185,6 +185,10 @@ def test_multi_turn_smoke_on_the_mock_domain_one_optimizer_step_and_metrics(toke
         assert key in m and math.isfinite(m[key]), key
     assert sum(v for k, v in m.items() if k.startswith("termination/")) == pytest.approx(1.0)
     assert m["reward/mean"] in (0.0, 0.5, 1.0)
+    # the rollout user's behaviour (the user-model ablation's columns): the scripted user opens with "Hi, I need
+    # some help with my account." (the request's values never said); a proper end is a stop termination
+    assert m["request_stated_rate"] == 0.0 and m["proper_end_rate"] == sum(
+        m.get(f"termination/{r}", 0) for r in ("user_stop", "agent_stop"))
     out = tr.save(tmp_path / "ckpt")
     reloaded = HFBackend(out, device="cpu")
     assert reloaded.chat([{"role": "user", "content": "hi"}], max_new_tokens=2, seed=0)[0].completion_tokens >= 1

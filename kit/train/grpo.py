@@ -97,7 +97,7 @@ log = logging.getLogger(__name__)
 # metrics over the whole batch, all processes together (each process's own stay under proc/)
 _SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, M.INFRA_FAILED, "train/rows", "train/tokens", "train/unmatched_turns",
            "train/too_long_rows", "train/retokenized_turns")
-_EPISODE_MEANS = (M.REWARD_MEAN, M.PASS_RATE, M.USER_DEVIATION_RATE)
+_EPISODE_MEANS = (M.REWARD_MEAN, M.PASS_RATE, M.USER_DEVIATION_RATE, M.REQUEST_STATED_RATE, M.PROPER_END_RATE)
 
 
 class GRPOTrainer:

@@ -186,9 +186,13 @@ def episode_metrics(seen: list[Group], domain: Any = None) -> dict:
          }
     for reason, n in Counter(t.termination_reason for t in trajs).items():
         m[f"termination/{reason}"] = n / len(trajs)
-    if domain is not None:  # user fidelity is defined on tau2 tasks
-        from kit.rollout.fidelity import user_deviations
+    if domain is not None:  # user fidelity is defined on tau2 tasks: how the rollouts' user simulator behaved
+        from kit.rollout.fidelity import proper_end, request_stated, user_deviations
 
         dev = [bool(user_deviations(g.task, t, goal_reached=r >= 1.0)) for g in seen for t, r in zip(g.trajs, g.rewards)]
         m[M.USER_DEVIATION_RATE] = sum(dev) / len(dev)
+        stated = [s for g in seen for t in g.trajs if (s := request_stated(g.task, t, domain=domain)) is not None]
+        if stated:
+            m[M.REQUEST_STATED_RATE] = sum(stated) / len(stated)
+        m[M.PROPER_END_RATE] = sum(proper_end(t) for t in trajs) / len(trajs)
     return m
