@@ -111,9 +111,11 @@ def test_ablation_arms_expand_with_overrides_and_skips(gpu_env):
     assert "model" not in ev.refs and ev.params["model"] == r.spec.base_model  # nothing trained: the base model
     assert not [s for s in r.plan if s.arm == base_arm.name and s.stage in ("sft_agent", "grpo")]
     assert ev.refs["user_model"].endswith("sft_user")  # every arm plays against the fine-tuned referee user
-    raw = [s for s in r.plan if s.stage == "grpo" and s.params["user_model"] == r.spec.base_model]
-    ft = [s for s in r.plan if s.stage == "grpo" and s.refs.get("user_model", "").endswith("sft_user")]
-    assert raw and ft
+    # GRPO against the fine-tuned user, and against the barely tuned one (the raw user's analogue), nothing else
+    raw = [s for s in r.plan if s.stage == "grpo" and s.refs.get("user_model", "").endswith("sft_user_raw")]
+    ft = [s for s in r.plan if s.stage == "grpo" and s.refs.get("user_model", "").endswith("/sft_user")]
+    assert len(raw) == len(ft) == 1 and raw[0].params["user_tag"] == "raw"
+    assert [s.arm for s in r.plan if s.stage == "sft_user" and s.id == "sft_user_raw"] == [raw[0].arm]
     assert all(a.paper is not None for a in r.spec.arms)
 
 
