@@ -401,6 +401,45 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+ABLATIONS = ("no_validation", "no_evolution", "user_model", "batch_size", "dynamic_filtering")  # the paper's order
+
+
+def _cmd_ablations(args: argparse.Namespace) -> int:
+    """Every ablation recipe in turn (each `kit run`, resumable), then one page over all of them; a recipe
+    that fails does not stop the others, and the page says which failed."""
+    from kit.report.ablations import ablations_page
+    from kit.runner import load_recipe, parse_override
+    from kit.runner.execute import Runner, StageFailed
+
+    paths = args.recipes or [str(Path(args.folder) / f"{a}.yaml") for a in ABLATIONS]
+    try:
+        overrides = dict(parse_override(x) for x in args.set or [])
+    except ValueError as e:
+        raise BadInput(str(e), "--set takes KEY=VALUE, e.g. --set domain=airline") from None
+    recipes = [load_recipe(p, overrides, check_gpu=not args.report_only) for p in paths]  # all valid before any runs
+    status, failed = {}, 0
+    for rec in recipes:
+        if args.report_only:
+            status[rec.name] = "not run (--report-only)"
+            continue
+        print(f"[kit ablations] {rec.name} ({rec.path})")
+        try:
+            res = Runner(rec, rec.name, args.runs_dir, args.reports_dir).run()
+            status[rec.name] = (f"{len(res.executed)} stages executed, {len(res.skipped)} already complete, "
+                                f"{len(res.shared)} shared, {res.wall_s:.0f}s")
+        except StageFailed as e:
+            failed += 1
+            status[rec.name] = f"FAILED: {e}"
+            print(f"[kit ablations] {rec.name} failed: {e} (the others go on; rerun to resume)", file=sys.stderr)
+        except KeyboardInterrupt:
+            print("\ninterrupted: run the same command again to resume", file=sys.stderr)
+            return 130
+    runs = [Path(args.runs_dir) / r.name for r in recipes if (Path(args.runs_dir) / r.name / "manifest.json").exists()]
+    page = ablations_page(runs, Path(args.reports_dir) / "ablations", status=status, n_boot=args.bootstrap)
+    print(f"[kit ablations] page: {page} ({len(runs)} of {len(recipes)} runs{f', {failed} failed' if failed else ''})")
+    return 1 if failed else 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from kit.report.build import build_report, run_folder
 
@@ -505,6 +544,17 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--runs-dir", default="runs")
     rn.add_argument("--reports-dir", default="reports")
     rn.set_defaults(fn=_cmd_run)
+
+    ab = sub.add_parser("ablations", help="run the ablation recipes (each resumable), then one page: each arm's "
+                        "pass^1, its paired difference to the reference arm, the paper's direction")
+    ab.add_argument("recipes", nargs="*", help="ablation recipes (default: the five in --folder, the paper's order)")
+    ab.add_argument("--folder", default="recipes/ablations")
+    ab.add_argument("--set", action="append", metavar="KEY=VALUE", help="override in every recipe (as kit run)")
+    ab.add_argument("--report-only", action="store_true", help="run nothing: the page from the run folders there are")
+    ab.add_argument("--runs-dir", default="runs")
+    ab.add_argument("--reports-dir", default="reports")
+    ab.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of every interval")
+    ab.set_defaults(fn=_cmd_ablations)
 
     rp = sub.add_parser("report", help="(re)render a run's report: one self-contained HTML file")
     rp.add_argument("run", help="runs/<run-id>")

@@ -180,6 +180,26 @@ def fake_eval_run(root: Path, name: str, evals: list[tuple[str, str, dict[str, l
     return run
 
 
+def fake_ablation_run(root: Path, name: str, arms: list[tuple[dict, dict[str, list[float]], str]],
+                      comparison: dict | None = None) -> Path:
+    """An ablation run of evaluations only: per arm (its recipe entry {name, label, paper, ...}, {task id:
+    [reward per trial]}, referee user model)."""
+    run = root / "runs" / name
+    entries = []
+    for arm, rewards, user_model in arms:
+        st, e = _stage(run, "evaluate", f"{arm['name']}/evaluate", arm=arm["name"], params={"label": arm.get("label")})
+        _eval(st, rewards, arm.get("label") or arm["name"], user_model=user_model)
+        entries.append(e)
+    spec = {"name": name, "description": f"{name}: made up for the tests", "arms": [a for a, _, _ in arms],
+            "comparison": comparison or {"metric": "pass^1", "paper_metric": "airline pass^1"}}
+    write_json(run / "manifest.json", {
+        "run_id": name, "status": "complete", "recipe": {"path": f"recipes/ablations/{name}.yaml", "parsed": spec,
+                                                         "text": ""},
+        "git": {"commit": "0123456789abcdef", "dirty": False}, "tau2_version": "26.3",
+        "seeds": {x["key"]: 0 for x in entries}, "stages": entries})
+    return run
+
+
 def fake_provenance_run(root: Path) -> Path:
     """Evaluations of agents that trained, or did not: sft_agent (48 steps); grpo_skip (every step skipped:
     all groups filtered); grpo (6 steps, the first skipped, best validation point after 4); grpo_early (its

@@ -168,6 +168,8 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     meta = {
         "protocol": "kit", "model": cfg.model, "user_model": cfg.user_model, "temperature": cfg.temperature,
         "user_temperature": cfg.user_temperature, "trials": cfg.trials, "tasks": len(tasks),
+        "max_messages": cfg.max_messages, "max_new_tokens": cfg.max_new_tokens,
+        "user_max_new_tokens": cfg.user_max_new_tokens,
         "tau2_version": TAU2_VERSION, "domain": cfg.domain, "split": cfg.split, "tasks_file": cfg.tasks_file,
         "wall_s": round(time.perf_counter() - t0, 1),
         M.INFRA_FAILURES: len(infra), "infra_failed_episodes": infra,

@@ -167,6 +167,9 @@ class Comparison(BaseModel):
     paper_metric: Optional[str] = None
     paper_source: str = "PAPER.md, 'Ablations' (arXiv 2601.22607)"
     note: Optional[str] = None
+    reference: Optional[str] = Field(default=None, description="The arm every other arm is paired against on the "
+                                     "ablation page (`kit ablations`); None: the first arm with a paper number "
+                                     "that is not a base arm, else the first arm.")
 
 
 class Rehearsal(BaseModel):
@@ -204,6 +207,14 @@ class RecipeSpec(BaseModel):
                                 "whose rewards mean nothing.")
     rehearsal: Optional[Rehearsal] = Field(default=None, description="This recipe rehearses others (GPU recipes) "
                                            "on this machine: which, and what of theirs it cannot exercise.")
+
+    @model_validator(mode="after")
+    def _reference_is_an_arm(self) -> "RecipeSpec":
+        ref = self.comparison.reference if self.comparison else None
+        if ref is not None and ref not in [a.name for a in self.arms]:
+            raise ValueError(f"comparison.reference '{ref}' is not an arm of this recipe "
+                             f"(arms: {', '.join(a.name for a in self.arms) or 'none'})")
+        return self
 
 
 # ----- the validated, expanded plan --------------------------------------------------------------

@@ -1,0 +1,150 @@
+"""The ablation page (`kit ablations`): one answer for a batch of ablation runs.
+
+    page = ablations_page(["runs/ablation-no-validation", "runs/ablation-user-model"], "reports/ablations")
+
+Per ablation run (a recipe with `arms:`), one table, one row per arm (its last evaluation):
+  - pass^1 with its interval (tasks, then trials within a task: kit.eval.passk.pass1_interval);
+  - against the recipe's reference arm (`comparison.reference`, else `default_reference`), on the tasks
+    both were scored on: the paired difference with its interval, the sign-flip p-value and the
+    smallest difference this many tasks could detect (kit.eval.paired);
+  - the paper's number for the arm and the paper's difference to its reference arm, and the verdict:
+    `reproduced` (same sign, our interval excludes 0), `same sign, not significant`, `opposite sign,
+    not significant`, `opposite` (interval excludes 0 the other way), or `no paper number`;
+  - what produced the number: the referee user simulator, temperatures, turn cap, tokens per turn,
+    tasks and trials. Arms of one recipe judged by different referees or tasks are flagged.
+A summary table on top lists every non-reference arm's verdict, so the page answers "which of the
+paper's directions did this batch reproduce" in one place.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from kit.report.run_data import Section, collect, run_folder
+
+BASE_WORDS = ("base",)
+
+
+def default_reference(arms: list[dict]) -> Optional[str]:
+    """The first arm with a paper number whose name is not a base arm's (the trained arm the others
+    vary), else the first arm."""
+    for a in arms:
+        if a.get("paper") is not None and a["name"] not in BASE_WORDS:
+            return a["name"]
+    return arms[0]["name"] if arms else None
+
+
+def verdict(paper_diff: Optional[float], diff: Optional[float], ci: Optional[tuple]) -> str:
+    """Does our paired difference show the paper's direction? (module docstring)."""
+    if paper_diff is None or diff is None or ci is None:
+        return "no paper number" if paper_diff is None else "not compared"
+    lo, hi = ci
+    same = (diff > 0) == (paper_diff > 0) and diff != 0
+    if lo > 0 or hi < 0:
+        return "reproduced" if same else "opposite"
+    return "same sign, not significant" if same else ("no difference" if diff == 0 else "opposite sign, not significant")
+
+
+def _settings(meta: dict) -> dict:
+    return {"referee user": str(meta.get("user_model")), "agent T": meta.get("temperature"),
+            "user T": meta.get("user_temperature"), "turn cap (messages)": meta.get("max_messages"),
+            "tokens/turn (agent, user)": (f"{meta.get('max_new_tokens')}, {meta.get('user_max_new_tokens')}"
+                                          if meta.get("max_new_tokens") else None),
+            "tasks": meta.get("split") or meta.get("tasks_file"), "n tasks": meta.get("tasks"),
+            "trials": meta.get("trials")}
+
+
+def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> tuple[dict, pd.DataFrame, list[str]]:
+    """(the recipe's spec, one row per arm, warnings) of one ablation run folder."""
+    from kit.eval.paired import outcomes_by_task, paired_difference
+    from kit.report.build import bootstrap_pass1
+
+    data = collect(run_folder(run_dir))
+    spec = ((data["manifest"].get("recipe") or {}).get("parsed")) or {}
+    arms = spec.get("arms") or []
+    comp = spec.get("comparison") or {}
+    ref_name = comp.get("reference") or default_reference(arms)
+    last = {a["name"]: next((e for e in reversed(data["evals"]) if e["arm"] == a["name"]), None) for a in arms}
+    ref_arm = next((a for a in arms if a["name"] == ref_name), None)
+    ref_ev = last.get(ref_name)
+    rows, warnings = [], []
+    for arm in arms:
+        ev = last[arm["name"]]
+        row = {"arm": arm.get("label") or arm["name"], "reference": arm["name"] == ref_name}
+        if ev is None:
+            rows.append({**row, "pass^1": math.nan, "verdict": "not evaluated yet",
+                         "paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper")})
+            continue
+        p1, lo, hi = bootstrap_pass1(ev["episodes"], n_boot, ci)
+        row.update({"pass^1": p1, f"{int(ci * 100)}% CI": f"[{lo:.3f}, {hi:.3f}]"})
+        paper_diff = (arm["paper"] - ref_arm["paper"] if ref_arm and arm.get("paper") is not None
+                      and ref_arm.get("paper") is not None and arm["name"] != ref_name else None)
+        diff = None
+        if ref_ev is not None and arm["name"] != ref_name:
+            d = paired_difference(outcomes_by_task(ref_ev["episodes"]), outcomes_by_task(ev["episodes"]),
+                                  ref_arm.get("label") or ref_name, row["arm"], ci=ci, n_boot=n_boot)
+            diff = d
+            row.update({"Δ vs reference": d.diff, "Δ CI": f"[{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}]", "p": d.p_value,
+                        "MDE": d.mde, "paired tasks": d.n_tasks})
+            if d.unmatched:
+                warnings.append(f"{row['arm']}: {d.unmatched} tasks scored in only one of it and the reference "
+                                "(left out of the difference)")
+            if str(ref_ev["meta"].get("user_model")) != str(ev["meta"].get("user_model")):
+                warnings.append(f"{row['arm']}: referee user {ev['meta'].get('user_model')} differs from the "
+                                f"reference's {ref_ev['meta'].get('user_model')}: the difference is not the agent's alone")
+        row.update({"paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper"),
+                    "paper Δ (points)": paper_diff,
+                    "verdict": "reference" if arm["name"] == ref_name else
+                    verdict(paper_diff, diff.diff if diff else None, diff.ci95 if diff else None),
+                    **_settings(ev["meta"])})
+        rows.append(row)
+    if ref_name and ref_ev is None and arms:
+        warnings.append(f"the reference arm '{ref_name}' has no evaluation yet: no paired difference")
+    return spec, pd.DataFrame(rows), warnings
+
+
+def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: str = "Ablations",
+                   n_boot: int = 2000, ci: float = 0.95, status: Optional[dict] = None) -> Path:
+    """index.html in `report_dir`: the summary of verdicts, then one section per ablation run. `status`:
+    {run folder name: what happened to it in this batch}, shown beside it (a failed or unfinished run)."""
+    from kit.report.build import render_html
+
+    out = Path(report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sections, summary = [], []
+    for d in run_dirs:
+        run = run_folder(d)
+        spec, df, warnings = ablation_rows(run, n_boot, ci)
+        comp = spec.get("comparison") or {}
+        sec = Section(f"{spec.get('name', run.name)}")
+        sec.text(html.escape(spec.get("description") or ""))
+        sec.text(f"run folder <code>{html.escape(str(run))}</code>"
+                 + (f"; this batch: {html.escape(str((status or {}).get(run.name)))}" if (status or {}).get(run.name)
+                    else "")
+                 + f". Paper: {html.escape(comp.get('paper_metric') or '')} ({html.escape(comp.get('paper_source') or '')}).")
+        if comp.get("note"):
+            sec.text(html.escape(comp["note"]))
+        for w in warnings:
+            sec.items.append(("warn", w))
+        if len(df):
+            sec.table(df)
+            for _, r in df[~df["reference"]].iterrows():
+                summary.append({"ablation": spec.get("name", run.name), "arm": r["arm"],
+                                "paper Δ (points)": r.get("paper Δ (points)"), "ours Δ": r.get("Δ vs reference"),
+                                "Δ CI": r.get("Δ CI"), "p": r.get("p"), "MDE": r.get("MDE"), "verdict": r["verdict"]})
+        else:
+            sec.text("No arms: not an ablation recipe.")
+        sections.append(sec)
+    top = Section("Which of the paper's directions this batch reproduced")
+    top.text(f"Each arm against its recipe's reference arm on the same tasks: the paired difference of pass^1 with "
+             f"its {int(ci * 100)}% paired bootstrap interval, the sign-flip p-value and the minimum detectable "
+             "difference (alpha 0.05, power 0.8) at that task count (kit/eval/paired.py). <i>reproduced</i>: the "
+             "paper's sign and an interval that excludes 0. The paper's numbers are Qwen3 on 64+ H200s; ours this "
+             "batch's models and sizes: compare directions, not levels.")
+    top.table(pd.DataFrame(summary) if summary else pd.DataFrame([{"verdict": "no arm evaluated yet"}]))
+    return render_html(title, [top, *sections], out, f"{len(run_dirs)} ablation runs · generated by kit ablations")

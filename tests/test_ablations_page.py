@@ -1,0 +1,100 @@
+"""The ablation page (`kit ablations`, kit/report/ablations.py): every arm's pass^1, its paired difference
+to the recipe's reference arm, the paper's direction and the verdict, from run folders written by the
+kit's own writers (tests/_fake_run.py: the numbers are made up, the files are real)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit.report.ablations import ablation_rows, ablations_page, default_reference, verdict
+from tests._fake_run import fake_ablation_run
+
+N = 40  # tasks per arm
+
+
+def _rewards(solved: set[int]) -> dict[str, list[float]]:
+    return {f"t{i}": [1.0 if i in solved else 0.0] for i in range(N)}
+
+
+def test_verdict_reads_sign_and_interval():
+    assert verdict(-6.0, -0.30, (-0.45, -0.15)) == "reproduced"
+    assert verdict(-6.0, +0.30, (+0.15, +0.45)) == "opposite"
+    assert verdict(-6.0, -0.05, (-0.20, +0.10)) == "same sign, not significant"
+    assert verdict(-6.0, +0.05, (-0.10, +0.20)) == "opposite sign, not significant"
+    assert verdict(-6.0, 0.0, (0.0, 0.0)) == "no difference"
+    assert verdict(None, -0.3, (-0.4, -0.2)) == "no paper number"
+    assert default_reference([{"name": "base", "paper": 38.0}, {"name": "full", "paper": 56.0}]) == "full"
+    assert default_reference([{"name": "a"}, {"name": "b"}]) == "a"
+
+
+def test_page_pairs_each_arm_with_the_reference_and_says_which_directions_reproduced(tmp_path):
+    full = set(range(0, 30))                  # 30/40
+    worse = set(range(0, 12))                 # 12/40, every task of it also solved by full: a clear drop
+    close = set(range(0, 29)) | {35}          # 30/40, one task swapped: no difference
+    arms = [({"name": "base", "label": "base", "paper": 38.0}, _rewards(set(range(5))), "sft_user"),
+            ({"name": "full", "label": "full engine", "paper": 56.0}, _rewards(full), "sft_user"),
+            ({"name": "no_validation", "label": "w/o validation", "paper": 50.0}, _rewards(worse), "sft_user"),
+            ({"name": "few", "label": "4 plans", "paper": 42.5}, _rewards(close), "embedded")]
+    run = fake_ablation_run(tmp_path, "ablation-x", arms, {"metric": "pass^1", "paper_metric": "airline pass^1",
+                                                           "reference": "full"})
+    spec, df, warnings = ablation_rows(run, n_boot=500)
+    rows = df.set_index("arm")
+    assert rows.loc["full engine", "verdict"] == "reference" and rows.loc["full engine", "pass^1"] == 0.75
+    nv = rows.loc["w/o validation"]
+    assert nv["Δ vs reference"] == pytest.approx(-18 / 40) and nv["paper Δ (points)"] == -6.0
+    assert nv["verdict"] == "reproduced" and nv["p"] < 0.001 and nv["paired tasks"] == N
+    assert rows.loc["base", "verdict"] == "reproduced"  # 5/40 vs 30/40, the paper's 38 < 56
+    few = rows.loc["4 plans"]
+    assert few["Δ vs reference"] == 0.0 and few["verdict"] == "no difference" and few["MDE"] > 0
+    # the arm judged by another referee is flagged: its difference is not the agent's alone
+    assert any("4 plans" in w and "referee user" in w for w in warnings)
+    assert rows.loc["w/o validation", "referee user"] == "sft_user" and rows.loc["4 plans", "n tasks"] == N
+    page = ablations_page([run], tmp_path / "reports" / "ablations", n_boot=200)
+    text = page.read_text()
+    assert "Which of the paper" in text and "reproduced" in text and "w/o validation" in text
+
+
+def test_an_unfinished_arm_and_a_missing_reference_say_so(tmp_path):
+    arms = [({"name": "a", "label": "A", "paper": 70.5}, _rewards({1, 2}), "u"),
+            ({"name": "b", "label": "B", "paper": 65.0}, _rewards({1}), "u")]
+    run = fake_ablation_run(tmp_path, "ablation-y", arms)
+    # an arm the recipe declares but that has no evaluation yet (the batch was interrupted)
+    import json
+
+    m = json.loads((run / "manifest.json").read_text())
+    m["recipe"]["parsed"]["arms"].insert(0, {"name": "c", "label": "C", "paper": 80.0})
+    (run / "manifest.json").write_text(json.dumps(m))
+    _, df, warnings = ablation_rows(run, n_boot=200)
+    rows = df.set_index("arm")
+    assert rows.loc["C", "verdict"] == "not evaluated yet"
+    assert any("reference arm 'c' has no evaluation" in w for w in warnings)
+
+
+def test_a_reference_that_is_not_an_arm_is_refused(tmp_path):
+    from kit.runner import load_recipe
+    from kit.runner.recipe import RecipeError
+
+    bad = tmp_path / "r.yaml"
+    bad.write_text("name: x\ndomain: mock\nstages:\n  - stage: evaluate\narms:\n  - {name: a}\n  - {name: b}\n"
+                   "comparison: {reference: c}\n")
+    with pytest.raises(RecipeError, match="comparison.reference 'c' is not an arm"):
+        load_recipe(bad)
+
+
+def test_kit_ablations_report_only_renders_the_page_from_the_runs_there_are(tmp_path, monkeypatch):
+    """`kit ablations --report-only`: the five recipes validated, nothing run, the page built from the run
+    folders that exist (here one, named as its recipe names its run)."""
+    from pathlib import Path
+
+    from kit.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)
+    arms = [({"name": "full", "label": "full engine", "paper": 56.0}, _rewards(set(range(30))), "u"),
+            ({"name": "no_validation", "label": "w/o validation", "paper": 50.0}, _rewards(set(range(12))), "u")]
+    fake_ablation_run(tmp_path, "ablation-no-validation", arms)
+    reports = tmp_path / "reports"
+    assert main(["ablations", "--report-only", "--runs-dir", str(tmp_path / "runs"), "--reports-dir", str(reports),
+                 "--bootstrap", "200"]) == 0
+    text = (reports / "ablations" / "index.html").read_text()
+    assert "ablation-no-validation" in text and "not run (--report-only)" in text and "reproduced" in text
