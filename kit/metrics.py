@@ -37,6 +37,7 @@ STEP_TIME = "time/step_s"
 PEAK_RSS = "mem/peak_rss_gib"                # the trainer process's peak resident memory so far
 MICRO_BATCHES = "train/micro_batches"        # forward/backward passes of the update
 INFRA_FAILED = "episodes/infra_failed"       # episodes a server failed (5xx, garbled turn): left out, unscored
+EPISODES_TOTAL = "episodes/total"            # rollout episodes scored by every step so far (GRPOConfig.episode_budget)
 
 # --- SFT --------------------------------------------------------------------------------------------
 SFT_LOSS = "loss"

@@ -35,6 +35,7 @@ fallback_split = 'train'  # No synthesized tasks: train on this split of the dom
 dtype = 'auto'  # 'auto' (bf16 on CUDA, else fp32) or a torch dtype name.
 allow_overlap = False  # Train even when some RL tasks' gold actions are all in the policy's SFT data (a memorized task carries no signal); off: refused.
 train_steps = 100  # Optimizer steps `train()` runs.
+episode_budget = None  # Stop once this many rollout episodes were scored (resamples included; probes and learning-curve episodes not), even before train_steps: arms of different batch shapes or filtering compared at the same rollout cost. None: train_steps alone.
 group_size = 8  # G: episodes per task; the group their advantages are normalised in (paper: 8-16).
 tasks_per_step = 16  # B: groups kept per optimizer step (paper: 16).
 lr = 1.7e-05  # AdamW learning rate, constant (paper: 1.7e-5 dense, 5e-6 MoE; tiny CPU tests use more).

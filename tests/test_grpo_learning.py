@@ -194,6 +194,26 @@ def test_multi_turn_smoke_on_the_mock_domain_one_optimizer_step_and_metrics(toke
     assert reloaded.chat([{"role": "user", "content": "hi"}], max_new_tokens=2, seed=0)[0].completion_tokens >= 1
 
 
+def test_an_episode_budget_stops_training_at_equal_rollout_cost_and_survives_a_resume(tokenizer):
+    """`episode_budget`: arms of different batch shapes stop after the same number of scored episodes (the
+    ablations' equal-cost comparison); the count is part of the loop state a resume restores."""
+    from kit.envs import load_domain
+    from kit.rollout import ScriptedUser
+
+    domain = load_domain("mock")
+    task = domain.task("create_task_1")
+    cfg = small_cfg(group_size=2, tasks_per_step=1, max_messages=4, max_new_tokens=8, filter_mode="off",
+                    train_steps=10, episode_budget=4)
+    tr = GRPOTrainer(tiny_llama(tokenizer), tokenizer, [task], cfg, domain=domain, user=ScriptedUser(task))
+    history = tr.train()
+    assert [m["episodes/total"] for m in history] == [2, 4] and tr.budget_spent and tr.step_idx == 2
+    state = tr.loop_state()
+    again = GRPOTrainer(tiny_llama(tokenizer), tokenizer, [task], cfg.model_copy(update={"episode_budget": 6}),
+                        domain=domain, user=ScriptedUser(task))
+    again.load_loop_state(state)
+    assert again.episodes_scored == 4 and [m["episodes/total"] for m in again.train()] == [6]
+
+
 @pytest.mark.slow
 def test_grpo_raises_the_embedded_models_reward_for_saying_dog():
     """SmolLM2-135M asked "cat or dog?" mostly answers cat (measured: ~60% cat, ~12% dog at T=1).

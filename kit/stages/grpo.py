@@ -120,13 +120,19 @@ class Outputs(StageOutputs):
                                      "validation pass^1 (model_best/); None without a curve.")
     best_pass1: Optional[float] = None
     last_pass1: Optional[float] = None
+    episodes: Optional[int] = Field(default=None, description="Rollout episodes scored by the steps (resamples "
+                                    "included; probes and learning-curve episodes not).")
+    episode_budget: Optional[int] = Field(default=None, description="The budget that stopped training before "
+                                          "`steps`, if one did (GRPOConfig.episode_budget).")
 
     def what_happened(self) -> str:
         """The policy this stage wrote, in words: what trained, or why nothing did."""
         if self.trained_steps == 0:
             why = ", ".join(f"{r.replace('_', ' ')} ({n})" for r, n in self.skip_reasons.items()) or "no steps"
             return f"GRPO skipped: {why}; the weights are its start's"
-        return f"GRPO {self.trained_steps}/{self.steps} steps trained ({self.user_tag} user)"
+        budget = (f"; stopped at its episode budget ({self.episodes} of {self.episode_budget} episodes)"
+                  if self.episode_budget else "")
+        return f"GRPO {self.trained_steps}/{self.steps} steps trained ({self.user_tag} user){budget}"
 
     def curve(self):
         """curve.jsonl as a data frame: one row per learning-curve point (empty without a curve)."""
@@ -323,7 +329,10 @@ def run(config: Config, st) -> Outputs:
                   reward_last=history[-1][M.REWARD_MEAN] if history else None, policy=str(policy_dir),
                   trained_steps=sum(not m["skipped"] for m in history), skip_reasons=skips,
                   best_step=best["step"] if best else None, best_pass1=best["pass1"] if best else None,
-                  last_pass1=points[-1]["pass1"] if points else None, resumed_from=resumed)
+                  last_pass1=points[-1]["pass1"] if points else None, resumed_from=resumed,
+                  episodes=trainer.episodes_scored,
+                  episode_budget=config.episode_budget if trainer.budget_spent and len(history) < config.train_steps
+                  else None)
     print(out.what_happened())
     return out
 

@@ -189,6 +189,7 @@ class GRPOTrainer:
         # tuples and dicts (read back with torch.load(weights_only=True)); a checkpoint holds them
         # all, one copy per process: add a new part here
         self.checkpointed: dict[str, Any] = {"curriculum": self.curriculum, "draws": self.draws, "curve": self.curve}
+        self.episodes_scored = 0  # rollout episodes of the steps so far, every process's (cfg.episode_budget)
         self.checkpoint_warning = None
         if self.cfg.save_every and self.acc.distributed_type == "FSDP":
             self.checkpoint_warning = ("GRPO saves no checkpoints under FSDP (its optimizer state is sharded "
@@ -269,6 +270,8 @@ class GRPOTrainer:
             m.update({"skipped": 1, "skip_reason": reason, f"skipped/{reason}": 1})
         m[M.STEP_TIME] = time.perf_counter() - t0
         m[M.PEAK_RSS] = M.peak_rss_gib()  # this process's high-water mark so far (rollouts, probes, updates)
+        self.episodes_scored += int(round(self.procs.sum(float(m.get("proc/episodes", 0.0)))))
+        m[M.EPISODES_TOTAL] = self.episodes_scored
         m.update(self.procs.merge(m, _SUMMED, _EPISODE_MEANS))
         self._log(m)
         self.step_idx += 1
@@ -288,7 +291,7 @@ class GRPOTrainer:
         end = self.step_idx + steps if steps is not None else self.cfg.train_steps
         emit = on_event or (lambda kind, rec: None)
         history = []
-        while self.step_idx < end:
+        while self.step_idx < end and not self.budget_spent:
             try:
                 history.append(self.step(self._before_step(emit)))
             except EndpointError as e:
@@ -304,6 +307,11 @@ class GRPOTrainer:
                 self.wandb_run.log(M.wandb_keys(M.WANDB_GRPO, self.curve.metrics(point)), step=self.step_idx)
             emit("eval", point)
         return history
+
+    @property
+    def budget_spent(self) -> bool:
+        """The episode budget (cfg.episode_budget) is used up: no further step."""
+        return self.cfg.episode_budget is not None and self.episodes_scored >= self.cfg.episode_budget
 
     def _server_failed(self, e: EndpointError, checkpoint_dir: str | Path | None) -> EndpointError:
         """The error GRPO stops with when a server is down (after the backend's retries): which server,
@@ -350,7 +358,7 @@ class GRPOTrainer:
     def loop_state(self) -> dict:
         """This process's loop state between two steps, weights and optimizer aside: the step, the
         global RNG states and every part of `self.checkpointed`."""
-        return {"step": self.step_idx, "rng": ck.rng_state(),
+        return {"step": self.step_idx, "rng": ck.rng_state(), "episodes": self.episodes_scored,
                 "parts": {name: part.state_dict() for name, part in self.checkpointed.items()}}
 
     def load_loop_state(self, state: dict) -> None:
@@ -366,6 +374,7 @@ class GRPOTrainer:
             part.load_state_dict(state["parts"][name])
         ck.set_rng_state(state["rng"])
         self.step_idx = state["step"]
+        self.episodes_scored = int(state.get("episodes", 0))  # 0 in an older kit's checkpoint (no budget then)
 
     def _meta(self) -> dict:
         return {"step": self.step_idx, "world_size": self.acc.num_processes,

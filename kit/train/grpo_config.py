@@ -35,6 +35,10 @@ class GRPOKnobs(LoRAKnobs):
     model_config = ConfigDict(extra="forbid")
 
     train_steps: int = Field(default=100, ge=0, description="Optimizer steps `train()` runs.")
+    episode_budget: Optional[int] = Field(default=None, ge=1, description="Stop once this many rollout episodes "
+                                          "were scored (resamples included; probes and learning-curve episodes "
+                                          "not), even before train_steps: arms of different batch shapes or "
+                                          "filtering compared at the same rollout cost. None: train_steps alone.")
     group_size: int = Field(default=8, ge=2, description="G: episodes per task; the group their advantages are "
                             "normalised in (paper: 8-16).")
     tasks_per_step: int = Field(default=16, ge=1, description="B: groups kept per optimizer step (paper: 16).")
@@ -147,7 +151,7 @@ class GRPOKnobs(LoRAKnobs):
 # GRPOConfig must be the same: GRPOTrainer.resume refuses a checkpoint written with other values)
 # (micro_batch_size / micro_batch_tokens cut the same batch into other micro-batches: the same
 # gradient, token-normalised over the whole batch, up to float summation order)
-RESUMABLE_CHANGES = ("train_steps", "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "rollout_server",
+RESUMABLE_CHANGES = ("train_steps", "episode_budget", "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "rollout_server",
                      "micro_batch_size", "micro_batch_tokens")
 
 
