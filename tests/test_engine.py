@@ -254,6 +254,12 @@ def test_rounds_csv_counts_the_realized_task_mix_per_kind_and_tool():
     assert (row.write_share, row.write_coverage) == (0.8, round(2 / 3, 4))
     # 4 patterns, counts 2,1,1,1 of 5: -(0.4 log 0.4 + 3 * 0.2 log 0.2)
     assert row.pattern_entropy == 1.9219 and row.kind_entropy == 1.9219
+    # a chained task (the engine's `chain` plans say so in description.notes) and a refusal are kinds of their own
+    chained = {**task("create_task", "update_task_status"), "description": {"notes": json.dumps({"chained": True})}}
+    refusal = {**task("get_users"), "description": {"notes": json.dumps({"refusal": "policy"})}}
+    row = round_stats(0, [], [CommittedUnit(summary, {"tasks.jsonl": tasks + [chained, refusal]})], {}, writes)
+    assert row.kinds == "one_write:2 chained:1 lookup:1 lookup_write:1 refusal:1 two_writes:1"
+    assert row.write_share == round(1 - 2 / 7, 4)
     empty = round_stats(0, [], [CommittedUnit(summary, {})], {}, writes)
     assert (empty.kinds, empty.write_share, empty.pattern_entropy) == ("", None, None)
 
@@ -660,6 +666,38 @@ def _texts(edits) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_a_chain_plan_changes_the_record_its_first_write_made():
+    """A `chain` plan (create_task, then update_task_status of the new task) through the synthesizer with the
+    real embedded model: the update's task id is the one create_task returned, a value the customer cannot
+    know (not in the scenario, not in the starting database), so the agent must read it off the tool result;
+    the task passes the executable checks, and the realized task mix counts it as `chained`."""
+    from kit.engine.choice import Chooser
+    from kit.engine.plans import EDGES, PERSONAS, Slice, tool_patterns
+    from kit.engine.prompts import Prompts
+    from kit.engine.rounds import task_mix
+    from kit.engine.synthesize import Synthesizer
+    from kit.llm import make_backend
+
+    dom = load_domain("mock")
+    assert ("chain", ["create_task", "update_task_status"]) in tool_patterns(dom)
+    synth = Synthesizer(dom, Chooser(make_backend("embedded"), temperature=0.0, seed=0), Prompts(), explore_steps=0)
+    plan = PlanPair(id="p0", slice=Slice("chain", ["create_task", "update_task_status"], PERSONAS[0], EDGES[0]),
+                    synthesis="The customer creates a task and then marks it done.", evaluation="Both writes are done.")
+    prop = synth.propose(plan, "r0-p0", 0, "syn-chain", seed=1)
+    assert prop.task is not None, prop.failure
+    acts = prop.task.evaluation_criteria.actions
+    assert [a.name for a in acts] == ["create_task", "update_task_status"]
+    env = dom.fork(prop.task)
+    made = json.loads(env.execute("create_task", dict(acts[0].arguments), "assistant").content)["task_id"]
+    assert acts[1].arguments["task_id"] == made
+    assert made not in json.dumps(dom.fork(prop.task).agent_db.model_dump(mode="json"))  # a new record
+    assert made not in str(prop.task.user_scenario)
+    assert executable_checks(dom, prop.task) == []
+    writes = frozenset(n for n in dom.tool_names("assistant") if dom.tool_kind(n) == "write")
+    assert task_mix([prop.task], writes).kinds == Counter({"chained": 1})
+
+
 def test_world_writes_are_asked_for_in_words_and_the_agent_looks_up_the_ids():
     """Retail and airline writes through the synthesizer with the real embedded model: the gold starts
     with the reads that find the database-only ids (an order's items, the customer's payment methods),

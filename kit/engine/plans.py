@@ -3,7 +3,9 @@
 A plan pair is (synthesis plan, evaluation plan) over one *slice* of the domain:
 
   intent     lookup (read tools only, the agent must tell a fact) | change (one write)
-             | multi_change (two writes) | lookup_change (a read, then one write that uses an id it
+             | multi_change (two writes) | chain (a write that makes a record, then a write to that
+             record: create_task then update_task_status of the new task; book_reservation then a change
+             to the new reservation; the second write's id is the first one's result) | lookup_change (a read, then one write that uses an id it
              returned: the customer names themself, the agent looks the id up) | refuse (a write the
              policy forbids) | device_fix (a fault on the customer's phone that the customer fixes
              with their own tools as the agent guides them; tools: the gold's writes, the user's
@@ -107,6 +109,18 @@ def lookup_param(domain: Domain, read: str, write: str) -> Optional[str]:
     return None
 
 
+def chain_param(domain: Domain, first: str, second: str) -> Optional[str]:
+    """The id argument of write `second` that write `first` creates (create_task -> update_task_status's
+    task_id; book_reservation -> cancel_reservation's reservation_id), or None: the rule of `lookup_param`
+    (a required `<thing>_id` of `second` whose thing `first`'s name mentions and `first` does not take), for
+    a `first` that makes records (its verb: create, book, add, ...)."""
+    from kit.rollout.request import CREATE_VERBS
+
+    if first == second or first.split("_")[0] not in CREATE_VERBS:
+        return None
+    return lookup_param(domain, first, second)
+
+
 def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tuple[str, list[str]]]:
     """(intent, tools) pairs the domain supports: every read tool alone, every write tool
     alone, ordered pairs of write tools: at most one per write tool and at most `max_pairs`,
@@ -129,7 +143,8 @@ def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tup
     rng.shuffle(pairs)
     if not pairs:
         pairs = [(w, w) for w in writes]
-    out += [("multi_change", list(p)) for p in pairs[:min(max_pairs, len(writes))]]
+    # a pair whose second write takes the id of the record the first one makes is a chain (chain_param)
+    out += [("chain" if chain_param(domain, *p) else "multi_change", list(p)) for p in pairs[:min(max_pairs, len(writes))]]
     lookups = [("lookup_change", [r, w]) for w in writes
                for r in [next((r for r in reads if lookup_param(domain, r, w)), None)] if r is not None]
     from kit.envs.arguments.forbidden import refusal_tools

@@ -6,8 +6,9 @@ and a few examples. It picks one edit among those the evidence allows (a constra
 choice over their `text()`), then rewrites the plan prose with that edit (kit/engine/edits.py):
 
   Keep                  nothing to fix
-  Simplify              multi_change → one write (when writes fail or episodes fail)
-  Harder                one write → two writes (when everything passed: the tasks are easy)
+  Simplify              multi_change or chain → one write (when writes fail or episodes fail)
+  Harder                one write → two writes starting with it, a chain where the domain has one
+                        (create, then change what was created) (when everything passed: the tasks are easy)
   SwitchTools(tools)    another tool pattern of the domain, one that fared better in another
                         plan this round, or one nobody tried yet (when this one failed)
   Persona(persona)      another simulated user (when user-attributed failures dominate)
@@ -69,7 +70,7 @@ def _edits(domain: Domain, plan: PlanPair, stats: dict, pattern_stats: dict,
         room = lambda key: coverage.get(key, 0) < share + (1 if barren else 0)  # noqa: E731
         can_leave = coverage.get(current, 0) > 1 or barren
     edits: list[Edit] = [Keep()]
-    if sl.intent == "multi_change" and (stats["accepted"] < stats["proposals"] or failures):
+    if sl.intent in ("multi_change", "chain") and (stats["accepted"] < stats["proposals"] or failures):
         edits.append(Simplify())
     # harder only on evidence that agents solve these tasks (rollouts ran, none failed); without
     # rollouts a fully accepted plan says the tasks are valid, not that they are easy
@@ -106,9 +107,9 @@ def _apply(domain: Domain, plan: PlanPair, edit: Edit) -> Slice:
     if isinstance(edit, Simplify):
         sl.intent, sl.tools = "change", sl.tools[:1]
     elif isinstance(edit, Harder):  # a pair that starts with this tool, another tool second where the domain has one
-        pairs = [t for i, t in tool_patterns(domain) if i == "multi_change" and t[0] == sl.tools[0]]
-        sl.intent, sl.tools = "multi_change", (sorted(pairs, key=lambda t: t[1] == t[0])[0] if pairs
-                                               else sl.tools + sl.tools[:1])
+        pairs = [(i, t) for i, t in tool_patterns(domain) if i in ("multi_change", "chain") and t[0] == sl.tools[0]]
+        sl.intent, sl.tools = (sorted(pairs, key=lambda p: (p[1][1] == p[1][0], p[0] != "chain"))[0] if pairs
+                               else ("multi_change", sl.tools + sl.tools[:1]))
     elif isinstance(edit, SwitchTools):
         sl.tools = list(edit.tools)
         sl.intent = dict((">".join(t), i) for i, t in tool_patterns(domain)).get(">".join(edit.tools), sl.intent)

@@ -82,7 +82,7 @@ ROUND_COLUMNS = [f.name for f in fields(RoundRow)]
 
 
 # what a task asks of the agent, from its gold actions (task_kind)
-TASK_KINDS = ("lookup", "one_write", "lookup_write", "two_writes", "device_fix")
+TASK_KINDS = ("lookup", "one_write", "lookup_write", "two_writes", "chained", "device_fix")
 
 
 def task_kind(actions: list, writes: frozenset[str]) -> str:
@@ -136,14 +136,17 @@ class TaskMix:
 
 
 def task_mix(tasks: list, write_tools: frozenset[str]) -> TaskMix:
-    """Kinds (task_kind, or `refusal` for a request the policy forbids), tools (tasks calling each) and gold
+    """Kinds (task_kind; `refusal` for a request the policy forbids; `chained` for two writes the second of
+    which changes the record the first one made, the engine's `chain` plans: description.notes), tools (tasks calling each) and gold
     tool patterns of `tasks` (tau2 Task dicts or objects)."""
     kinds, tools, patterns = Counter(), Counter(), Counter()
     for t in tasks:
         crit = t.get("evaluation_criteria") if isinstance(t, dict) else t.evaluation_criteria
         acts = ((crit or {}).get("actions") if isinstance(crit, dict) else getattr(crit, "actions", None)) or []
         names = [a["name"] if isinstance(a, dict) else a.name for a in acts]
-        kinds["refusal" if task_notes(t).get("refusal") else task_kind(acts, write_tools)] += 1
+        notes = task_notes(t)
+        kinds["refusal" if notes.get("refusal") else "chained" if notes.get("chained")
+              else task_kind(acts, write_tools)] += 1
         tools.update(set(names))
         patterns[">".join(names)] += 1
     return TaskMix(kinds, tools, patterns, len(tasks), frozenset(write_tools))

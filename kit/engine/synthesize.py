@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kit.engine.choice import Chooser, option_text
-from kit.engine.plans import GENERIC_TOOLS, PlanPair, lookup_param
+from kit.engine.plans import GENERIC_TOOLS, PlanPair, chain_param, lookup_param
 from kit.engine.prompts import Prompts
 from kit.engine.records import Check, Rejection, SynthesisFailure
 from kit.envs.domain import Domain
@@ -437,7 +437,8 @@ class Synthesizer:
             id=task_id,
             description=Description(purpose=plan.synthesis, notes=tagged_notes(
                 notes, shape=(f"refuse:{sl.tools[0]}" if refusal else ">".join(sl.tools)), phrasing=phrasing,
-                **({"ask_for": list(ask_for)} if ask_for else {}), **({"refusal": refusal} if refusal else {}))),
+                **({"ask_for": list(ask_for)} if ask_for else {}), **({"refusal": refusal} if refusal else {}),
+                **({"chained": True} if sl.intent == "chain" else {}))),
             user_scenario=scenario,
             initial_state=initial,
             evaluation_criteria=EvaluationCriteria(
@@ -635,8 +636,15 @@ class Synthesizer:
         sources: dict[int, Optional[int]] = {}
         facts: dict[str, Any] = {}
         owner: Optional[dict] = None  # a world write's customer: the next write is for the same one
-        for tool in plan.slice.tools:
-            args, src, result, world = self._one_write(plan, prop, tool, writes, pool, rng, fixed=owner)
+        chain = chain_param(self.domain, *plan.slice.tools[:2]) if plan.slice.intent == "chain" else None
+        for i, tool in enumerate(plan.slice.tools):
+            fixed = owner
+            if chain and i == 1:  # the record the first write made: its id from that write's result
+                made = _parse_output(result.content)
+                if not isinstance(made, dict) or made.get(chain) is None:
+                    raise _NoTask(SynthesisFailure.NOTHING_TO_LOOK_UP, f"{plan.slice.tools[0]} returned no {chain}")
+                fixed = {**(owner or {}), chain: made[chain]}
+            args, src, result, world = self._one_write(plan, prop, tool, writes, pool, rng, fixed=fixed)
             if world is not None:
                 owner = {k: v for k, v in {**world.knows, **world.arguments}.items()
                          if k in ("user_id", "customer_id")} or None

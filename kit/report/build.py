@@ -404,7 +404,7 @@ def engine_section(data: dict, out: Path, figures: list) -> Optional[Section]:
                if c in df.columns]
         if mix:
             en.text("the accepted tasks per round, by kind (lookup, one_write, lookup_write: a read then the write "
-                    "that uses it, two_writes) and by tool; write_coverage: the domain's write tools some task "
+                    "that uses it, two_writes, chained: the second write changes the record the first made) and by tool; write_coverage: the domain's write tools some task "
                     "calls; entropies (bits) over gold tool patterns and kinds:")
             en.table(df[["round", *mix]].fillna(""))
     figures.append(fig_engine(data["engine"], out / "engine.png"))
