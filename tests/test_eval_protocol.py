@@ -297,3 +297,24 @@ def test_the_breakdown_reads_older_eval_json_from_its_episode_rows_or_shows_noth
     assert breakdown_table([ev], "shape").to_dict("records") == [{"evaluation": "rows only", "create": "0.75 (2)"}]
     bare = {**ev, "episodes": eps.drop(columns=["shape", "phrasing"])}
     assert breakdown_table([bare], "shape") is None  # an eval.json from before the labels: no table
+
+
+def test_token_caps_that_cut_a_gold_call_or_the_opening_are_counted_and_said(mock):
+    """kit.rollout.loop.token_caps_cut with the embedded tokenizer on tau2's 9 mock tasks: at 48 tokens per turn
+    one gold tool call (52 tokens as the agent must write it) and one customer opening (49 tokens) do not fit,
+    so those tasks score 0 whatever the agent knows; at 64 nothing is cut. Measured when written, in the
+    tokenizer the evaluation's agent uses (kit/eval/runner.py records it in meta["token_caps"])."""
+    from transformers import AutoTokenizer
+
+    from kit.llm.embedded import ensure_embedded_model
+    from kit.rollout.loop import token_caps_cut
+
+    tok = AutoTokenizer.from_pretrained(ensure_embedded_model())
+    tasks = mock.tasks("default")
+    tight = token_caps_cut(mock, tasks, 48, 48, tok)
+    assert (tight["calls"], tight["calls_cut"], tight["longest_call"], tight["tasks_cut"]) == (7, 1, 52, 1)
+    assert (tight["openings"], tight["openings_cut"], tight["longest_opening"]) == (9, 1, 49)
+    assert "max_new_tokens=48 cuts 1 of 7 gold tool calls" in tight["warning"]
+    assert "user_max_new_tokens=48 cuts the customer's opening request in 1 of 9" in tight["warning"]
+    roomy = token_caps_cut(mock, tasks, 64, 64, tok)
+    assert roomy["calls_cut"] == roomy["openings_cut"] == 0 and roomy["warning"] is None

@@ -81,6 +81,22 @@ def breakdown(labels: dict[str, tuple[str, str]], by_task: dict[str, list[float]
             M.PASS1_BY_PHRASING: pass1_by(results, {t: p for t, (_, p) in labels.items()})}
 
 
+def _token_caps(cfg: EvalConfig, dom, tasks: list, agent, user) -> Optional[dict]:
+    """kit.rollout.loop.token_caps_cut in the agent's tokenizer (the opening in the user's when it has one);
+    None for an agent without a tokenizer (an endpoint). Logged when a cap cuts anything."""
+    from kit.rollout.loop import token_caps_cut
+
+    def tokenizer(backend):
+        return backend.tokenizer if getattr(getattr(backend, "caps", None), "tokenizer", False) else None
+
+    if tokenizer(agent) is None:
+        return None
+    caps = token_caps_cut(dom, tasks, cfg.max_new_tokens, cfg.user_max_new_tokens, tokenizer(agent), tokenizer(user))
+    if caps["warning"]:
+        log.warning(caps["warning"])
+    return caps
+
+
 def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> EvalResult:
     """Run cfg.trials episodes per task and score them. Backends may be passed in directly."""
     from kit.llm import make_backend
@@ -102,6 +118,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     leak, leak_warning = _check_leak(cfg, dom, tasks)  # before any backend: a leaking run loads no model
     agent = agent or make_backend(cfg.model)
     user = user or (agent if cfg.user_model == cfg.model else make_backend(cfg.user_model))
+    caps = _token_caps(cfg, dom, tasks, agent, user)
     rcfg = RolloutConfig(
         max_messages=cfg.max_messages, max_errors=cfg.max_errors, seed=cfg.seed,
         agent_params=SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens),
@@ -178,8 +195,8 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
         M.PROPER_END_RATE: _rate(df["proper_end"]) if len(df) else None,
         M.PASS1_CI95: list(pass1_interval({k: v for k, v in by_task.items() if v})[1:]) if len(df) else None,
         **(breakdown(labels, by_task) if len(df) else {}),
-        "leak": leak,
-        "warnings": [w for w in (budget_warning, leak_warning) if w],
+        "leak": leak, "token_caps": caps,
+        "warnings": [w for w in (budget_warning, leak_warning, (caps or {}).get("warning")) if w],
     }
     if cfg.cross_check and len(df):
         meta["tau2_agreement"] = float(df["agree"].mean())

@@ -10,8 +10,8 @@ Per ablation run (a recipe with `arms:`), one table, one row per arm (its last e
   - the paper's number for the arm and the paper's difference to its reference arm, and the verdict:
     `reproduced` (same sign, our interval excludes 0), `same sign, not significant`, `opposite sign,
     not significant`, `opposite` (interval excludes 0 the other way), or `no paper number`;
-  - what produced the number: the referee user simulator, temperatures, turn cap, tokens per turn,
-    tasks and trials. Arms of one recipe judged by different referees or tasks are flagged.
+  - what produced the number: the referee user simulator, temperatures, turn cap, tokens per turn (and
+    how many gold calls and customer openings they cut: kit.rollout.loop.token_caps_cut), tasks and trials. Arms of one recipe judged by different referees or tasks are flagged.
 A summary table on top lists every non-reference arm's verdict, so the page answers "which of the
 paper's directions did this batch reproduce" in one place.
 """
@@ -55,6 +55,9 @@ def _settings(meta: dict) -> dict:
             "user T": meta.get("user_temperature"), "turn cap (messages)": meta.get("max_messages"),
             "tokens/turn (agent, user)": (f"{meta.get('max_new_tokens')}, {meta.get('user_max_new_tokens')}"
                                           if meta.get("max_new_tokens") else None),
+            "gold calls / openings cut by the caps": (f"{meta['token_caps']['calls_cut']} / "
+                                                      f"{meta['token_caps']['openings_cut']}"
+                                                      if meta.get("token_caps") else None),
             "tasks": meta.get("split") or meta.get("tasks_file"), "n tasks": meta.get("tasks"),
             "trials": meta.get("trials")}
 

@@ -87,6 +87,47 @@ def step_budget_warning(tasks: list, max_messages: int, what: str = "max_message
             + ". Episodes cut by max_steps score 0: raise it (tau2 uses 100).")
 
 
+def token_caps_cut(domain, tasks: list, max_new_tokens: int, user_max_new_tokens: int, agent_tokenizer,
+                   user_tokenizer=None) -> dict:
+    """What per-turn token caps cut in `tasks` before any model speaks: the agent's gold tool calls longer than
+    `max_new_tokens` tokens as the agent must write them (kit.llm.toolcalls.render_tool_call, in
+    `agent_tokenizer`), and the customer's opening (the gold dialogue's first user turn,
+    kit.rollout.request.scenario_opening, in `user_tokenizer`, default the agent's) longer than
+    `user_max_new_tokens`. A cut gold call cannot be made at all: such a task scores 0 whatever the agent
+    knows. Returns the counts ("calls", "calls_cut", "longest_call", "tasks_cut", "openings", "openings_cut",
+    "longest_opening") and "warning" (a sentence, or None)."""
+    from kit.llm.toolcalls import render_tool_call
+    from kit.rollout.request import scenario_opening
+
+    def n_tokens(tok, text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    user_tokenizer = user_tokenizer or agent_tokenizer
+    call_lens, tasks_cut, opening_lens = [], 0, []
+    for t in tasks:
+        acts = [a for a in (t.evaluation_criteria.actions if t.evaluation_criteria else None) or []
+                if a.requestor == "assistant"]
+        lens = [n_tokens(agent_tokenizer, render_tool_call(a.name, dict(a.arguments))) for a in acts]
+        call_lens += lens
+        tasks_cut += any(n > max_new_tokens for n in lens)
+        opening_lens.append(n_tokens(user_tokenizer, scenario_opening(domain, t, seed=t.id)))
+    out = {"calls": len(call_lens), "calls_cut": sum(n > max_new_tokens for n in call_lens),
+           "longest_call": max(call_lens, default=0), "tasks_cut": tasks_cut, "openings": len(opening_lens),
+           "openings_cut": sum(n > user_max_new_tokens for n in opening_lens),
+           "longest_opening": max(opening_lens, default=0)}
+    parts = []
+    if out["calls_cut"]:
+        parts.append(f"max_new_tokens={max_new_tokens} cuts {out['calls_cut']} of {out['calls']} gold tool calls "
+                     f"({tasks_cut} of {len(tasks)} tasks; the longest needs {out['longest_call']} tokens): those "
+                     "tasks score 0 whatever the agent knows")
+    if out["openings_cut"]:
+        parts.append(f"user_max_new_tokens={user_max_new_tokens} cuts the customer's opening request in "
+                     f"{out['openings_cut']} of {out['openings']} tasks (the longest needs {out['longest_opening']} "
+                     "tokens)")
+    out["warning"] = "; ".join(parts) + ". Raise the caps." if parts else None
+    return out
+
+
 @dataclass
 class RolloutConfig:
     """How episodes run. Field defaults suit the embedded CPU model."""
