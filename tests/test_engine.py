@@ -728,6 +728,8 @@ def test_world_writes_are_asked_for_in_words_and_the_agent_looks_up_the_ids():
                 assert str(leaf) not in text, (name, k, leaf, text)
         assert ("credit card ending in" in text or "gift card" in text or "PayPal" in text
                 or "certificate" in text), text
+        if name == "retail":  # tau2's retail policy: authenticate the customer first, by the email they give
+            assert acts[0].name == "find_user_id_by_email" and acts[0].arguments["email"] in text, (acts[0], text)
         assert executable_checks(dom, prop.task) == [], (name, text)
 
 

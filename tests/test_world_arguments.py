@@ -187,6 +187,11 @@ def test_the_customer_names_database_only_values_in_words_and_the_reads_return_t
                                                said={"payment_id": cand.said["payment_methods"]})
                     hidden = ["payment_id"]
                 assert set(hidden) <= set(cand.said), (tool, cand.arguments, cand.said)
+                if name == "retail":  # the policy's authentication first: the customer's email finds their user id
+                    owner = cand.arguments.get("user_id") or env.agent_db.orders[cand.arguments["order_id"]].user_id
+                    assert cand.identity == {"email": env.agent_db.users[owner].email}, cand.identity
+                    assert cand.reads[0] == ("find_user_id_by_email", cand.identity), cand.reads
+                    assert dom.fork(None).execute(*cand.reads[0], "assistant").content.strip('"') == owner
                 returned = ""
                 run = dom.fork(None)
                 for read, args in cand.reads:

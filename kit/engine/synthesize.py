@@ -415,9 +415,11 @@ class Synthesizer:
         elif sl.intent == "refuse":
             gold, facts, request, refusal = self._refusal(plan, rng, task_id)
         else:
-            gold, facts, said = self._writes(plan, prop, pool, explored, rng)
+            gold, facts, said, identity = self._writes(plan, prop, pool, explored, rng)
             request = task_request(self.domain, self.start, actions=gold,
                                    looked_up={k: w for words in said for k, w in words.items()}).describe(said)
+            request.identity = identity
+            facts.update(identity)
         env = self.domain.fork(self.start)
         before = env.fingerprint()
         for c in gold:
@@ -627,15 +629,17 @@ class Synthesizer:
                                    tool=tool, tool_description=fn.get("description", "")[:300])
         return cands[self.chooser.choose(msgs, [c.summary for c in cands], what=f"{tool} call")]
 
-    def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict, list[dict]]:
-        """(gold calls, facts for the scenario, per write the customer's words for looked-up values). A
-        world write's lookups (WriteCandidate.reads) come right before it, each read once."""
+    def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict, list[dict], dict]:
+        """(gold calls, facts for the scenario, per write the customer's words for looked-up values, how the
+        customer identifies themself: WriteCandidate.identity). A world write's lookups (WriteCandidate.reads)
+        come right before it, each read once."""
         writes: list[Call] = []
         steps: list[Call] = []  # the writes with the reads that find their looked-up values
         said: list[dict] = []
         sources: dict[int, Optional[int]] = {}
         facts: dict[str, Any] = {}
         owner: Optional[dict] = None  # a world write's customer: the next write is for the same one
+        identity: dict = {}
         chain = chain_param(self.domain, *plan.slice.tools[:2]) if plan.slice.intent == "chain" else None
         for i, tool in enumerate(plan.slice.tools):
             fixed = owner
@@ -649,6 +653,7 @@ class Synthesizer:
                 owner = {k: v for k, v in {**world.knows, **world.arguments}.items()
                          if k in ("user_id", "customer_id")} or None
             words = dict(world.said) if world is not None else {}
+            identity = identity or (dict(world.identity) if world is not None else {})
             for name, rargs in (world.reads if world is not None else ()):
                 if not any(c.name == name and c.arguments == rargs for c in steps):
                     steps.append(Call(name, dict(rargs)))
@@ -663,7 +668,7 @@ class Synthesizer:
                     sources[src[p]] = src[p]
         reads = [explored[i] for i in sorted(sources) if i < len(explored)]
         return [Call(c.name, dict(c.arguments)) for c in reads] + steps, \
-            {k: v for k, v in facts.items() if v != ""}, said
+            {k: v for k, v in facts.items() if v != ""}, said, identity
 
     def _lookup_write(self, plan, prop, pool, explored, rng, task_id: str) -> tuple[list[Call], dict, Request]:
         """A read, then the write that uses an id it returned: the customer names the record (a name or

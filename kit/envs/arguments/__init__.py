@@ -34,6 +34,9 @@ class WriteCandidate:
     # (argument -> "paying with your gift card"), and the read calls (tool, arguments) whose results hold them
     said: dict = field(default_factory=dict)
     reads: tuple = ()
+    # how the customer identifies themself where the policy asks the agent to find them first (retail: "your
+    # email is ..."; the agent's first read, find_user_id_by_email, takes it): a field of their record -> value
+    identity: dict = field(default_factory=dict)
 
 
 Generator = Callable[..., list]

@@ -12,6 +12,9 @@ to a candidate:
   reads  the read calls, in order, whose results hold those values (get_user_details,
          get_order_details, get_product_details, get_customer_by_phone, ...): the gold actions
          before the write, so the write's every value is stated or returned by an earlier call.
+  identity  retail: the customer's email. tau2's retail policy has the agent authenticate the customer
+         (find their user id by email, or by name and zip) before anything else, even when they give an
+         order id: the first read is find_user_id_by_email, the customer says their email.
 
 Values the customer knows stay plain arguments: airline reservation and user ids, passenger
 names, flights, bag counts; retail order ids and addresses; telecom amounts and reasons.
@@ -103,17 +106,17 @@ def _retail(db: Any, tool: str, cand: WriteCandidate) -> Optional[WriteCandidate
     said: dict[str, str] = {}
     reads: list[tuple[str, dict]] = []
     order = db.orders.get(args["order_id"]) if "order_id" in args else None
-    if "order_id" in args:
-        if order is None:
-            return None
-        if any(k in args for k in ("item_ids", "new_item_ids", "payment_method_id")):
-            reads.append(("get_order_details", {"order_id": order.order_id}))
-    if "user_id" in args:  # modify_user_address: the customer gives their email, the agent finds the account
-        user = db.users.get(args["user_id"])
-        if user is None:
-            return None
-        reads.append(("find_user_id_by_email", {"email": user.email}))
-        said["user_id"] = f"on your account (email {user.email})"
+    if "order_id" in args and order is None:
+        return None
+    # the policy's authentication first: the customer gives their email, the agent finds their user id
+    owner = db.users.get(args["user_id"] if "user_id" in args else order.user_id if order is not None else None)
+    if owner is None or not getattr(owner, "email", None):
+        return None
+    reads.append(("find_user_id_by_email", {"email": owner.email}))
+    if "user_id" in args:  # modify_user_address: the account is the one the email finds
+        said["user_id"] = ""
+    if order is not None and any(k in args for k in ("item_ids", "new_item_ids", "payment_method_id")):
+        reads.append(("get_order_details", {"order_id": order.order_id}))
     if "item_ids" in args and order is not None:
         items = {it.item_id: it for it in order.items}
         named = [items[i] for i in args["item_ids"] if i in items]
@@ -149,9 +152,7 @@ def _retail(db: Any, tool: str, cand: WriteCandidate) -> Optional[WriteCandidate
                 reads.append(call)
         said["payment_method_id"] = ("with the money going to " if tool == "return_delivered_order_items"
                                      else "using ") + words
-    if not said:
-        return cand
-    return dataclasses.replace(cand, said=said, reads=tuple(reads))
+    return dataclasses.replace(cand, said=said, reads=tuple(reads), identity={"email": owner.email})
 
 
 # -- telecom ---------------------------------------------------------------------------------------
