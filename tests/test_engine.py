@@ -734,6 +734,32 @@ def test_world_writes_are_asked_for_in_words_and_the_agent_looks_up_the_ids():
 
 
 @pytest.mark.slow
+def test_a_certificate_task_is_a_complaint_about_a_cancelled_flight():
+    """airline send_certificate through the synthesizer with the real embedded model: the customer says which
+    flight of which reservation was cancelled (the policy's condition for a certificate), the agent reads the
+    reservation and the customer's membership before the write, and the task passes the executable checks
+    (the policy rules included)."""
+    from kit.engine.choice import Chooser
+    from kit.engine.plans import EDGES, PERSONAS, Slice
+    from kit.engine.prompts import Prompts
+    from kit.engine.synthesize import Synthesizer
+    from kit.llm import make_backend
+
+    dom = load_domain("airline")
+    synth = Synthesizer(dom, Chooser(make_backend("embedded"), temperature=0.0, seed=0), Prompts(), explore_steps=0)
+    plan = PlanPair(id="p0", slice=Slice("change", ["send_certificate"], PERSONAS[0], EDGES[0]),
+                    synthesis="The customer asks for compensation.", evaluation="The certificate is sent.")
+    prop = synth.propose(plan, "r0-p0", 0, "syn-certificate", seed=2)
+    assert prop.task is not None, prop.failure
+    acts = prop.task.evaluation_criteria.actions
+    assert [a.name for a in acts] == ["get_reservation_details", "get_user_details", "send_certificate"]
+    rid = acts[0].arguments["reservation_id"]
+    text = str(prop.task.user_scenario)
+    assert "was cancelled" in text and rid in text, text
+    assert executable_checks(dom, prop.task) == [], text
+
+
+@pytest.mark.slow
 def test_a_refusal_task_asks_for_a_forbidden_write_and_its_gold_leaves_the_database_as_it_was():
     """intent `refuse` with the real embedded model: the customer asks for a write the tool would run
     but a coded rule forbids (airline: a cancellation the policy does not allow; telecom: a payment

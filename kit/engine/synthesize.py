@@ -415,10 +415,12 @@ class Synthesizer:
         elif sl.intent == "refuse":
             gold, facts, request, refusal = self._refusal(plan, rng, task_id)
         else:
-            gold, facts, said, identity = self._writes(plan, prop, pool, explored, rng)
+            gold, facts, said, identity, reasons = self._writes(plan, prop, pool, explored, rng)
             request = task_request(self.domain, self.start, actions=gold,
                                    looked_up={k: w for words in said for k, w in words.items()}).describe(said)
             request.identity = identity
+            for step, why in zip(request.steps, reasons):
+                step.reason = why
             facts.update(identity)
         env = self.domain.fork(self.start)
         before = env.fingerprint()
@@ -629,9 +631,9 @@ class Synthesizer:
                                    tool=tool, tool_description=fn.get("description", "")[:300])
         return cands[self.chooser.choose(msgs, [c.summary for c in cands], what=f"{tool} call")]
 
-    def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict, list[dict], dict]:
+    def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict, list[dict], dict, list[str]]:
         """(gold calls, facts for the scenario, per write the customer's words for looked-up values, how the
-        customer identifies themself: WriteCandidate.identity). A world write's lookups (WriteCandidate.reads)
+        customer identifies themself: WriteCandidate.identity, per write why they ask: WriteCandidate.reason). A world write's lookups (WriteCandidate.reads)
         come right before it, each read once."""
         writes: list[Call] = []
         steps: list[Call] = []  # the writes with the reads that find their looked-up values
@@ -640,6 +642,7 @@ class Synthesizer:
         facts: dict[str, Any] = {}
         owner: Optional[dict] = None  # a world write's customer: the next write is for the same one
         identity: dict = {}
+        reasons: list[str] = []  # per write, why the customer asks (WriteCandidate.reason)
         chain = chain_param(self.domain, *plan.slice.tools[:2]) if plan.slice.intent == "chain" else None
         for i, tool in enumerate(plan.slice.tools):
             fixed = owner
@@ -654,6 +657,7 @@ class Synthesizer:
                          if k in ("user_id", "customer_id")} or None
             words = dict(world.said) if world is not None else {}
             identity = identity or (dict(world.identity) if world is not None else {})
+            reasons.append(world.reason if world is not None else "")
             for name, rargs in (world.reads if world is not None else ()):
                 if not any(c.name == name and c.arguments == rargs for c in steps):
                     steps.append(Call(name, dict(rargs)))
@@ -668,7 +672,7 @@ class Synthesizer:
                     sources[src[p]] = src[p]
         reads = [explored[i] for i in sorted(sources) if i < len(explored)]
         return [Call(c.name, dict(c.arguments)) for c in reads] + steps, \
-            {k: v for k, v in facts.items() if v != ""}, said, identity
+            {k: v for k, v in facts.items() if v != ""}, said, identity, reasons
 
     def _lookup_write(self, plan, prop, pool, explored, rng, task_id: str) -> tuple[list[Call], dict, Request]:
         """A read, then the write that uses an id it returned: the customer names the record (a name or

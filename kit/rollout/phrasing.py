@@ -225,7 +225,8 @@ def _core(pick: _Pick, step: "Step", labels: dict, generic: bool) -> tuple[str, 
 
         vp = render(step.tool, {k: args[k] for k in plain}, pick)
         if vp is not None:
-            return vp + "".join(f", {w}" for w in step.described.values() if w), None, set(plain)
+            return (vp + "".join(f", {w}" for w in step.described.values() if w)
+                    + (f", {step.reason}" if step.reason else "")), None, set(plain)
     return step.phrase(only=plain), None, set(plain)
 
 

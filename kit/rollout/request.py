@@ -67,6 +67,7 @@ class Step:
     # values the customer names in words, the agent finding the id by a lookup (argument -> "paying with
     # your gift card"; kit/envs/arguments/customer.py): said after the stated values
     described: dict[str, str] = field(default_factory=dict)
+    reason: str = ""  # why the customer asks, where the policy needs it (WriteCandidate.reason): said last
 
     def phrase(self, only: list[str] | None = None) -> str:
         """The generic words of this write ("create a task with user id user_7 and title 'Buy milk'"),
@@ -82,7 +83,7 @@ class Step:
         args = [f"{_words(k)} {value_text(self.stated[k])}" for k in keys]
         with_ = (" with " + (", ".join(args[:-1]) + " and " + args[-1] if len(args) > 1 else args[0])) if args else ""
         words = "".join(f", {w}" for w in self.described.values() if w)
-        return " ".join(x for x in (verb, obj) if x) + with_ + words
+        return " ".join(x for x in (verb, obj) if x) + with_ + words + (f", {self.reason}" if self.reason else "")
 
 
 @dataclass
@@ -103,8 +104,8 @@ class Request:
 
     def values(self) -> list[Any]:
         """Every value the customer states (what the first user turn must name)."""
-        return [v for s in self.steps for v in (*s.stated.values(), *(w for w in s.described.values() if w))] + \
-            list(self.identity.values())
+        return [v for s in self.steps for v in (*s.stated.values(), *(w for w in s.described.values() if w),
+                                                *([s.reason] if s.reason else []))] + list(self.identity.values())
 
     def describe(self, said: list[dict[str, str]]) -> "Request":
         """Give each write step (in order) the customer's words for its values that the agent looks up

@@ -37,6 +37,9 @@ class WriteCandidate:
     # how the customer identifies themself where the policy asks the agent to find them first (retail: "your
     # email is ..."; the agent's first read, find_user_id_by_email, takes it): a field of their record -> value
     identity: dict = field(default_factory=dict)
+    # why the customer asks, in their words, where the policy needs a circumstance the call's arguments do not
+    # hold (airline send_certificate: "because flight HAT001 on 2024-05-15 of your reservation ABC123 was cancelled")
+    reason: str = ""
 
 
 Generator = Callable[..., list]

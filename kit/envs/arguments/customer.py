@@ -65,6 +65,8 @@ def _airline(db: Any, tool: str, cand: WriteCandidate) -> Optional[WriteCandidat
     args = cand.arguments
     if tool == "book_reservation":
         return _airline_booking(db, cand)
+    if tool == "send_certificate":
+        return _airline_complaint(db, cand)
     if "payment_id" not in args:
         return cand
     reads: list[tuple[str, dict]] = []
@@ -98,6 +100,24 @@ def _airline_booking(db: Any, cand: WriteCandidate) -> Optional[WriteCandidate]:
         return None
     return dataclasses.replace(cand, said={"payment_methods": f"paying the ${methods[0]['amount']:g} with {words}"},
                                reads=(("get_user_details", {"user_id": user.user_id}),))
+
+
+def _airline_complaint(db: Any, cand: WriteCandidate) -> Optional[WriteCandidate]:
+    """A certificate is the policy's answer to a complaint: the customer says which flight of which of their
+    reservations was cancelled; the agent checks the reservation and the customer's membership first."""
+    res = db.reservations.get(cand.knows.get("reservation_id"))
+    if res is None:
+        return None
+    from kit.envs.arguments.airline import _status
+
+    seg = next((s for s in res.flights if _status(db, s) == "cancelled"), None)
+    if seg is None:
+        return None
+    return dataclasses.replace(
+        cand, reason=f"because flight {seg.flight_number} on {seg.date} of your reservation {res.reservation_id} "
+                     "was cancelled",
+        reads=(("get_reservation_details", {"reservation_id": res.reservation_id}),
+               ("get_user_details", {"user_id": res.user_id})))
 
 
 # -- retail ----------------------------------------------------------------------------------------
