@@ -130,7 +130,7 @@ class Outputs(StageOutputs):
         if self.trained_steps == 0:
             why = ", ".join(f"{r.replace('_', ' ')} ({n})" for r, n in self.skip_reasons.items()) or "no steps"
             return f"GRPO skipped: {why}; the weights are its start's"
-        budget = (f"; stopped at its episode budget ({self.episodes} of {self.episode_budget} episodes)"
+        budget = (f"; stopped by its episode budget ({self.episodes} episodes scored, budget {self.episode_budget})"
                   if self.episode_budget else "")
         return f"GRPO {self.trained_steps}/{self.steps} steps trained ({self.user_tag} user){budget}"
 
