@@ -301,3 +301,20 @@ def test_the_customers_own_id_is_said_once_for_two_writes_and_lists_never_read_a
             text = " ".join(x for x in (st.reason_for_call, st.known_info or "") if x)
             assert text.count("omar_johnson_8493") == 1, text
             assert "[{" not in text and "HAT039" in text, text
+
+
+def test_a_step_s_reason_is_said_in_every_wording_and_counted_as_a_value():
+    """Step.reason (why the customer asks, where the policy needs it: an airline certificate's cancelled
+    flight) is in the request's values, in the template and free-form scenarios, and in the known-info facts
+    that stand beside model prose which passed the fidelity gate."""
+    from kit.rollout.phrasing import facts_text, scenario_text
+    from kit.rollout.request import Request, Step
+
+    why = "because flight HAT167 on 2024-05-07 of your reservation O6RY2L was cancelled"
+    req = Request(task_id="t", steps=[Step("send_certificate", {"user_id": "sofia_ahmed_9069", "amount": 400},
+                                           reason=why)])
+    assert why in req.values()
+    for seed in range(6):
+        assert why in str(facts_text(req, seed)), seed
+        text = scenario_text(req, seed=seed)
+        assert why in f"{text.reason_for_call} {text.known_info}", (seed, text)

@@ -376,12 +376,14 @@ def facts_text(request: "Request", seed: Any = None) -> Optional[str]:
             pairs.append(f"the {_words(key)} is {quote(v, pick((0, 1)))}")
     if not pairs:
         return None
+    # why the customer asks, where the policy needs it (Step.reason: a certificate's cancelled flight)
+    why = "".join(f" You are asking {s.reason}." for s in request.steps if s.reason)
     style = pick(range(3))
     if style == 0:
-        return "You know that " + "; ".join(pairs) + "."
+        return "You know that " + "; ".join(pairs) + "." + why
     if style == 1:
-        return "Details you can give: " + ", ".join(pairs) + "."
-    return "You have these details. " + " ".join(_cap(p) + "." for p in pairs)
+        return "Details you can give: " + ", ".join(pairs) + "." + why
+    return "You have these details. " + " ".join(_cap(p) + "." for p in pairs) + why
 
 
 # ----- the agent's last word ------------------------------------------------------------------------
