@@ -23,6 +23,10 @@ def test_verdict_reads_sign_and_interval():
     assert verdict(-6.0, +0.05, (-0.10, +0.20)) == "opposite sign, not significant"
     assert verdict(-6.0, 0.0, (0.0, 0.0)) == "no difference"
     assert verdict(None, -0.3, (-0.4, -0.2)) == "no paper number"
+    # a bootstrap interval that excludes 0 on 4 discordant tasks of 189, where the exact sign-flip p is 0.125
+    # (measured on the no_validation recipe's base and full arms): not significant
+    assert verdict(-18.0, -0.021, (-0.042, -0.005), 0.125) == "same sign, not significant"
+    assert verdict(-18.0, -0.30, (-0.45, -0.15), 0.001) == "reproduced"
     assert default_reference([{"name": "base", "paper": 38.0}, {"name": "full", "paper": 56.0}]) == "full"
     assert default_reference([{"name": "a"}, {"name": "b"}]) == "a"
 

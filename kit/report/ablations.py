@@ -8,8 +8,10 @@ Per ablation run (a recipe with `arms:`), one table, one row per arm (its last e
     both were scored on: the paired difference with its interval, the sign-flip p-value and the
     smallest difference this many tasks could detect (kit.eval.paired);
   - the paper's number for the arm and the paper's difference to its reference arm, and the verdict:
-    `reproduced` (same sign, our interval excludes 0), `same sign, not significant`, `opposite sign,
-    not significant`, `opposite` (interval excludes 0 the other way), or `no paper number`;
+    `reproduced` (same sign, significant: the interval excludes 0 and the sign-flip p is below 0.05; the
+    percentile bootstrap alone can exclude 0 on a few discordant tasks, 4 of 189 say, where the exact test
+    gives p = 0.125), `same sign, not significant`, `opposite sign, not significant`, `opposite`
+    (significant the other way), or `no paper number`;
   - what produced the number: the referee user simulator, temperatures, turn cap, tokens per turn (and
     how many gold calls and customer openings they cut: kit.rollout.loop.token_caps_cut), tasks and trials. Arms of one recipe judged by different referees or tasks are flagged.
 A summary table on top lists every non-reference arm's verdict, so the page answers "which of the
@@ -39,13 +41,16 @@ def default_reference(arms: list[dict]) -> Optional[str]:
     return arms[0]["name"] if arms else None
 
 
-def verdict(paper_diff: Optional[float], diff: Optional[float], ci: Optional[tuple]) -> str:
+ALPHA = 0.05
+
+
+def verdict(paper_diff: Optional[float], diff: Optional[float], ci: Optional[tuple], p: Optional[float] = None) -> str:
     """Does our paired difference show the paper's direction? (module docstring)."""
     if paper_diff is None or diff is None or ci is None:
         return "no paper number" if paper_diff is None else "not compared"
     lo, hi = ci
     same = (diff > 0) == (paper_diff > 0) and diff != 0
-    if lo > 0 or hi < 0:
+    if (lo > 0 or hi < 0) and (p is None or p < ALPHA):
         return "reproduced" if same else "opposite"
     return "same sign, not significant" if same else ("no difference" if diff == 0 else "opposite sign, not significant")
 
@@ -103,7 +108,8 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
         row.update({"paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper"),
                     "paper Δ (points)": paper_diff,
                     "verdict": "reference" if arm["name"] == ref_name else
-                    verdict(paper_diff, diff.diff if diff else None, diff.ci95 if diff else None),
+                    verdict(paper_diff, diff.diff if diff else None, diff.ci95 if diff else None,
+                            diff.p_value if diff else None),
                     **_settings(ev["meta"])})
         rows.append(row)
     if ref_name and ref_ev is None and arms:
