@@ -633,8 +633,8 @@ class Synthesizer:
 
     def _writes(self, plan, prop, pool, explored, rng) -> tuple[list[Call], dict, list[dict], dict, list[str]]:
         """(gold calls, facts for the scenario, per write the customer's words for looked-up values, how the
-        customer identifies themself: WriteCandidate.identity, per write why they ask: WriteCandidate.reason). A world write's lookups (WriteCandidate.reads)
-        come right before it, each read once."""
+        customer identifies themself (WriteCandidate.identity), per write why they ask (WriteCandidate.reason)).
+        A world write's lookups (WriteCandidate.reads) come right before it, each read once."""
         writes: list[Call] = []
         steps: list[Call] = []  # the writes with the reads that find their looked-up values
         said: list[dict] = []

@@ -13,7 +13,8 @@ Per ablation run (a recipe with `arms:`), one table, one row per arm (its last e
     gives p = 0.125), `same sign, not significant`, `opposite sign, not significant`, `opposite`
     (significant the other way), or `no paper number`;
   - what produced the number: the referee user simulator, temperatures, turn cap, tokens per turn (and
-    how many gold calls and customer openings they cut: kit.rollout.loop.token_caps_cut), tasks and trials. Arms of one recipe judged by different referees or tasks are flagged.
+    how many gold calls and customer openings they cut: kit.rollout.loop.token_caps_cut), tasks and
+    trials. Arms of one recipe judged by different referees or tasks are flagged.
 A summary table on top lists every non-reference arm's verdict, so the page answers "which of the
 paper's directions did this batch reproduce" in one place.
 """
@@ -27,6 +28,7 @@ from typing import Optional
 
 import pandas as pd
 
+from kit.eval.paired import ALPHA
 from kit.report.run_data import Section, collect, run_folder
 
 BASE_WORDS = ("base",)
@@ -39,9 +41,6 @@ def default_reference(arms: list[dict]) -> Optional[str]:
         if a.get("paper") is not None and a["name"] not in BASE_WORDS:
             return a["name"]
     return arms[0]["name"] if arms else None
-
-
-ALPHA = 0.05
 
 
 def verdict(paper_diff: Optional[float], diff: Optional[float], ci: Optional[tuple], p: Optional[float] = None) -> str:
@@ -92,11 +91,10 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
         row.update({"pass^1": p1, f"{int(ci * 100)}% CI": f"[{lo:.3f}, {hi:.3f}]"})
         paper_diff = (arm["paper"] - ref_arm["paper"] if ref_arm and arm.get("paper") is not None
                       and ref_arm.get("paper") is not None and arm["name"] != ref_name else None)
-        diff = None
+        d = None
         if ref_ev is not None and arm["name"] != ref_name:
             d = paired_difference(outcomes_by_task(ref_ev["episodes"]), outcomes_by_task(ev["episodes"]),
                                   ref_arm.get("label") or ref_name, row["arm"], ci=ci, n_boot=n_boot)
-            diff = d
             row.update({"Δ vs reference": d.diff, "Δ CI": f"[{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}]", "p": d.p_value,
                         "MDE": d.mde, "paired tasks": d.n_tasks})
             if d.unmatched:
@@ -108,8 +106,7 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
         row.update({"paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper"),
                     "paper Δ (points)": paper_diff,
                     "verdict": "reference" if arm["name"] == ref_name else
-                    verdict(paper_diff, diff.diff if diff else None, diff.ci95 if diff else None,
-                            diff.p_value if diff else None),
+                    verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None),
                     **_settings(ev["meta"])})
         rows.append(row)
     if ref_name and ref_ev is None and arms:
