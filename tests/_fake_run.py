@@ -63,13 +63,15 @@ class _OneProcess:
 
 def fake_grpo(run: Path, key: str, rewards: list[float], skipped: dict[int, str] | None = None,
               policy: str | None = None, probe: dict[str, int] | None = None,
-              curve: dict[int, dict[str, list[float]]] | None = None, params: dict | None = None) -> dict:
+              curve: dict[int, dict[str, list[float]]] | None = None, params: dict | None = None,
+              arm: str | None = None, extra: dict | None = None, user_tag: str = "fine-tuned") -> dict:
     """A GRPO stage's folder as kit/stages/grpo.py writes it: metrics.jsonl, one line per step (`rewards`;
     `skipped`: step -> skip reason), with the time split; model/; with `probe` (task id -> episodes solved
     of 4) a probes.jsonl line by Curriculum.probe before step 0; with `curve` (step -> {task id: rewards})
-    curve.jsonl by LearningCurve.add_point, and model_best/. Returns the manifest entry."""
+    curve.jsonl by LearningCurve.add_point, and model_best/; `extra`: more metrics for every step's line (the
+    rollout user's rates, groups kept, ...). Returns the manifest entry."""
     skipped = skipped or {}
-    st, e = _stage(run, "grpo", key, params=params)
+    st, e = _stage(run, "grpo", key, arm=arm, params=params)
     cfg = GRPOConfig(train_steps=len(rewards), probe_k=4 if probe else 0, eval_every=2 if curve else 0)
     files = {"model": st.out_dir / "model", "metrics": st.out_dir / "metrics.jsonl"}
     files["model"].mkdir(parents=True)
@@ -93,7 +95,8 @@ def fake_grpo(run: Path, key: str, rewards: list[float], skipped: dict[int, str]
         reason = skipped.get(i, "")
         m = {"step": i, M.REWARD_MEAN: r, M.FILTERED_FRAC: 1.0 if reason else 0.25, "skipped": int(bool(reason)),
              "skip_reason": reason, M.USER_DEVIATION_RATE: 0.1, "time/rollout_s": 2.0, "time/score_s": 0.5,
-             **({} if reason else {"time/update_s": 1.0}), M.STEP_TIME: 2.5 if reason else 3.5, **pre.get(i, {})}
+             **({} if reason else {"time/update_s": 1.0}), M.STEP_TIME: 2.5 if reason else 3.5, **pre.get(i, {}),
+             **(extra or {})}
         append_jsonl(files["metrics"], m)
     skips: dict[str, int] = {}
     for reason in skipped.values():
@@ -101,7 +104,7 @@ def fake_grpo(run: Path, key: str, rewards: list[float], skipped: dict[int, str]
     best = lc.best
     st.finish(outputs_class("grpo")(
         files={k: str(v) for k, v in files.items()}, steps=len(rewards), tasks=4, task_source="engine",
-        user_tag="fine-tuned", reward_first=rewards[0], reward_last=rewards[-1], policy=policy,
+        user_tag=user_tag, reward_first=rewards[0], reward_last=rewards[-1], policy=policy,
         trained_steps=len(rewards) - len(skipped), skip_reasons=skips, best_step=best["step"] if best else None,
         best_pass1=best["pass1"] if best else None, last_pass1=lc.points[-1]["pass1"] if lc.points else None))
     return e
@@ -181,12 +184,15 @@ def fake_eval_run(root: Path, name: str, evals: list[tuple[str, str, dict[str, l
 
 
 def fake_ablation_run(root: Path, name: str, arms: list[tuple[dict, dict[str, list[float]], str]],
-                      comparison: dict | None = None) -> Path:
-    """An ablation run of evaluations only: per arm (its recipe entry {name, label, paper, ...}, {task id:
-    [reward per trial]}, referee user model)."""
+                      comparison: dict | None = None, grpo: dict[str, dict] | None = None) -> Path:
+    """An ablation run of evaluations: per arm (its recipe entry {name, label, paper, ...}, {task id:
+    [reward per trial]}, referee user model); `grpo`: arm name -> fake_grpo's keyword arguments, a GRPO stage
+    in that arm before its evaluation."""
     run = root / "runs" / name
     entries = []
     for arm, rewards, user_model in arms:
+        if arm["name"] in (grpo or {}):
+            entries.append(fake_grpo(run, f"{arm['name']}/grpo", arm=arm["name"], **grpo[arm["name"]]))
         st, e = _stage(run, "evaluate", f"{arm['name']}/evaluate", arm=arm["name"], params={"label": arm.get("label")})
         _eval(st, rewards, arm.get("label") or arm["name"], user_model=user_model)
         entries.append(e)

@@ -102,3 +102,39 @@ def test_kit_ablations_report_only_renders_the_page_from_the_runs_there_are(tmp_
                  "--bootstrap", "200"]) == 0
     text = (reports / "ablations" / "index.html").read_text()
     assert "ablation-no-validation" in text and "not run (--report-only)" in text and "reproduced" in text
+
+
+def test_rl_arms_show_what_their_grpo_saw_beside_pass1(tmp_path):
+    """The user-model arms: each RL arm's row carries its GRPO stage's group signal and its rollout user's
+    rates (a mute user: no request stated, no reward; a noisy one: some of each), the SFT arm none."""
+    import kit.metrics as M
+
+    arms = [({"name": "sft", "label": "SFT", "paper": 85.4}, _rewards(set(range(10))), "sft_user"),
+            ({"name": "ft", "label": "RL fine-tuned user", "paper": 95.6}, _rewards(set(range(14))), "sft_user"),
+            ({"name": "raw", "label": "RL raw user", "paper": 75.6}, _rewards(set(range(9))), "sft_user")]
+    noisy = {M.REQUEST_STATED_RATE: 0.35, M.PROPER_END_RATE: 0.5, M.GROUPS_KEPT: 1, M.GROUPS_RESAMPLES: 2,
+             M.REWARD_STD: 0.3}
+    good = {M.REQUEST_STATED_RATE: 0.8, M.PROPER_END_RATE: 0.9, M.GROUPS_KEPT: 2, M.GROUPS_RESAMPLES: 1,
+            M.REWARD_STD: 0.4}
+    grpo = {"ft": {"rewards": [0.3, 0.5], "params": {"group_size": 8}, "extra": good},
+            "raw": {"rewards": [0.1, 0.2], "params": {"group_size": 8}, "extra": noisy, "user_tag": "raw",
+                    "skipped": {0: "all_groups_filtered"}}}
+    run = fake_ablation_run(tmp_path, "ablation-user", arms, {"metric": "pass^1", "reference": "sft"}, grpo=grpo)
+    _, df, _ = ablation_rows(run, n_boot=200)
+    rows = df.set_index("arm")
+    ft, raw = rows.loc["RL fine-tuned user"], rows.loc["RL raw user"]
+    assert ft["RL user"] == "fine-tuned" and raw["RL user"] == "raw"
+    assert ft["RL user request stated"] == pytest.approx(0.8) and raw["RL user request stated"] == pytest.approx(0.35)
+    assert raw["RL user proper end"] == pytest.approx(0.5) and raw["RL reward (mean)"] == pytest.approx(0.15)
+    assert ft["effective batch (episodes/step)"] == 16 and raw["effective batch (episodes/step)"] == 8
+    assert ft["resamples"] == 2 and raw["resamples"] == 4
+    assert raw["RL steps trained"] == "1/2" and ft["RL steps trained"] == "2/2"
+    # fake_grpo's filtered fraction: 0.25 on a trained step, 1.0 on a skipped one
+    assert ft["groups with signal"] == pytest.approx(0.75) and raw["groups with signal"] == pytest.approx(0.375)
+    assert pd_isna(rows.loc["SFT"].get("RL user"))
+
+
+def pd_isna(x) -> bool:
+    import pandas as pd
+
+    return x is None or bool(pd.isna(x))

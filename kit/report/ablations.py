@@ -12,7 +12,11 @@ Per ablation run (a recipe with `arms:`), one table, one row per arm (its last e
     percentile bootstrap alone can exclude 0 on a few discordant tasks, 4 of 189 say, where the exact test
     gives p = 0.125), `same sign, not significant`, `opposite sign, not significant`, `opposite`
     (significant the other way), or `no paper number`;
-  - what produced the number: the referee user simulator, temperatures, turn cap, tokens per turn (and
+  - for an arm with a GRPO stage, what its RL saw (`rl_columns`): steps trained, rollout episodes, reward
+    (mean and the within-group spread, the noise a user adds), the share of groups with any signal, the
+    effective batch (kept groups x G per step), resamples, and the rollout user's request-stated,
+    proper-end and deviation rates: what tells a mute user from a noisy one, or one batch shape from another;
+  - what produced the number: the referee user simulator (and how often it stated the request), temperatures, turn cap, tokens per turn (and
     how many gold calls and customer openings they cut: kit.rollout.loop.token_caps_cut), tasks and
     trials. Arms of one recipe judged by different referees or tasks are flagged.
 A summary table on top lists every non-reference arm's verdict, so the page answers "which of the
@@ -54,8 +58,35 @@ def verdict(paper_diff: Optional[float], diff: Optional[float], ci: Optional[tup
     return "same sign, not significant" if same else ("no difference" if diff == 0 else "opposite sign, not significant")
 
 
+def rl_columns(run: Optional[dict]) -> dict:
+    """The ablation row's RL block for one GRPO stage's report entry (kit.stages.grpo.report_entry): means
+    over its steps of metrics.jsonl. Empty for an arm without GRPO."""
+    if run is None:
+        return {}
+    import kit.metrics as M
+
+    h, o = run["history"], run["outputs"]
+    g = (run.get("params") or {}).get("group_size")
+
+    def mean(col):
+        return float(h[col].mean()) if col in h and len(h) else None
+
+    kept = mean(M.GROUPS_KEPT)
+    filtered = mean(M.FILTERED_FRAC)
+    return {"RL steps trained": f"{o.trained_steps}/{o.steps}", "RL episodes": o.episodes,
+            "RL reward (mean)": mean(M.REWARD_MEAN), "RL reward sd (in a step)": mean(M.REWARD_STD),
+            "groups with signal": None if filtered is None else 1.0 - filtered,
+            "effective batch (episodes/step)": kept * g if kept is not None and g else None,
+            "resamples": int(h[M.GROUPS_RESAMPLES].sum()) if M.GROUPS_RESAMPLES in h and len(h) else None,
+            "RL user": o.user_tag, "RL user request stated": mean(M.REQUEST_STATED_RATE),
+            "RL user proper end": mean(M.PROPER_END_RATE), "RL user deviation": mean(M.USER_DEVIATION_RATE)}
+
+
 def _settings(meta: dict) -> dict:
-    return {"referee user": str(meta.get("user_model")), "agent T": meta.get("temperature"),
+    import kit.metrics as M
+
+    return {"referee user": str(meta.get("user_model")),
+            "referee request stated": meta.get(M.REQUEST_STATED_RATE), "agent T": meta.get("temperature"),
             "user T": meta.get("user_temperature"), "turn cap (messages)": meta.get("max_messages"),
             "tokens/turn (agent, user)": (f"{meta.get('max_new_tokens')}, {meta.get('user_max_new_tokens')}"
                                           if meta.get("max_new_tokens") else None),
@@ -79,6 +110,7 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
     last = {a["name"]: next((e for e in reversed(data["evals"]) if e["arm"] == a["name"]), None) for a in arms}
     ref_arm = next((a for a in arms if a["name"] == ref_name), None)
     ref_ev = last.get(ref_name)
+    grpo = {r["arm"]: r for r in data["grpo_runs"]}  # an arm's (last) GRPO stage
     rows, warnings = [], []
     for arm in arms:
         ev = last[arm["name"]]
@@ -107,7 +139,7 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
                     "paper Δ (points)": paper_diff,
                     "verdict": "reference" if arm["name"] == ref_name else
                     verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None),
-                    **_settings(ev["meta"])})
+                    **rl_columns(grpo.get(arm["name"])), **_settings(ev["meta"])})
         rows.append(row)
     if ref_name and ref_ev is None and arms:
         warnings.append(f"the reference arm '{ref_name}' has no evaluation yet: no paired difference")
