@@ -184,13 +184,28 @@ def fake_eval_run(root: Path, name: str, evals: list[tuple[str, str, dict[str, l
 
 
 def fake_ablation_run(root: Path, name: str, arms: list[tuple[dict, dict[str, list[float]], str]],
-                      comparison: dict | None = None, grpo: dict[str, dict] | None = None) -> Path:
+                      comparison: dict | None = None, grpo: dict[str, dict] | None = None,
+                      engines: dict[str, list[dict]] | None = None) -> Path:
     """An ablation run of evaluations: per arm (its recipe entry {name, label, paper, ...}, {task id:
     [reward per trial]}, referee user model); `grpo`: arm name -> fake_grpo's keyword arguments, a GRPO stage
-    in that arm before its evaluation."""
+    in that arm before its evaluation; `engines`: arm name -> rounds.csv rows of its engine run, which its
+    sft_agent stage trains on (the manifest's `references`)."""
     run = root / "runs" / name
     entries = []
     for arm, rewards, user_model in arms:
+        if arm["name"] in (engines or {}):
+            rows = engines[arm["name"]]
+            st, e = _stage(run, "synthesize", f"{arm['name']}/synthesize", arm=arm["name"])
+            write_rounds_csv(st.out_dir / "rounds.csv", [RoundRow(**({c: 0 for c in ROUND_COLUMNS} | r)) for r in rows])
+            st.finish(outputs_class("synthesize")(files={"rounds": str(st.out_dir / "rounds.csv")},
+                                                  accepted=sum(r.get("accepted", 0) for r in rows), rounds=len(rows),
+                                                  proposals=sum(r.get("proposals", 0) for r in rows), lines={}))
+            entries.append(e)
+            st, e = _stage(run, "sft_agent", f"{arm['name']}/sft_agent", arm=arm["name"])
+            curve = write_loss_curve(st.out_dir, [[1, 2.0], [3, 1.0]])
+            st.finish(outputs_class("sft_agent")(files={"loss_curve": str(curve)}, data_source="engine", samples=10,
+                                                 steps=3, first_loss=2.0, final_loss=1.0))
+            entries.append({**e, "references": {"data": f"{arm['name']}/synthesize"}})
         if arm["name"] in (grpo or {}):
             entries.append(fake_grpo(run, f"{arm['name']}/grpo", arm=arm["name"], **grpo[arm["name"]]))
         st, e = _stage(run, "evaluate", f"{arm['name']}/evaluate", arm=arm["name"], params={"label": arm.get("label")})

@@ -138,3 +138,26 @@ def pd_isna(x) -> bool:
     import pandas as pd
 
     return x is None or bool(pd.isna(x))
+
+
+def test_data_arms_show_the_data_their_agent_trained_on(tmp_path):
+    """A data-side arm differs first in its data: each arm's row carries its own engine run's totals and
+    its realized task mix per round (the evolution arm's entropy rises, the frozen arm's stays)."""
+    def rounds(entropies, accepted, unvalidated=0):
+        return [{"round": i, "proposals": 24, "accepted": accepted, "sft_agent": 3 * accepted, "sft_ungrounded": 1,
+                 "unvalidated": unvalidated, "pattern_entropy": h, "write_coverage": 0.5 + 0.25 * (h > 1)}
+                for i, h in enumerate(entropies)]
+    arms = [({"name": "base", "label": "base", "paper": 38.0}, _rewards(set()), "u"),
+            ({"name": "full", "label": "full engine", "paper": 56.0}, _rewards(set(range(12))), "u"),
+            ({"name": "frozen", "label": "w/o evolution", "paper": 44.0}, _rewards(set(range(8))), "u")]
+    run = fake_ablation_run(tmp_path, "ablation-data", arms, {"metric": "pass^1", "reference": "full"},
+                            engines={"full": rounds([0.9, 1.5, 2.0], 10), "frozen": rounds([0.9, 0.9, 0.9], 12, 2)})
+    _, df, _ = ablation_rows(run, n_boot=200)
+    rows = df.set_index("arm")
+    full, frozen = rows.loc["full engine"], rows.loc["w/o evolution"]
+    assert full["data: proposals"] == 72 and full["data: accepted"] == 30 and frozen["data: accepted"] == 36
+    assert full["data: SFT samples"] == 90 and frozen["data: dropped ungrounded"] == 3
+    assert full["data: pattern entropy per round (bits)"] == "0.90 -> 1.50 -> 2.00"
+    assert frozen["data: pattern entropy per round (bits)"] == "0.90 -> 0.90 -> 0.90"
+    assert frozen["data: unvalidated accepted"] == 6 and full["data: write-tool coverage per round"] == "0.50 -> 0.75 -> 0.75"
+    assert pd_isna(rows.loc["base"].get("data: accepted"))  # no SFT, no data

@@ -12,6 +12,10 @@ Per ablation run (a recipe with `arms:`), one table, one row per arm (its last e
     percentile bootstrap alone can exclude 0 on a few discordant tasks, 4 of 189 say, where the exact test
     gives p = 0.125), `same sign, not significant`, `opposite sign, not significant`, `opposite`
     (significant the other way), or `no paper number`;
+  - for an arm with its own engine run (the data its agent SFT'd on: `engine_columns`), what the data was:
+    proposals, accepted tasks, SFT samples kept and dropped as ungrounded, accepted tasks validation would
+    have rejected (an arm without validation), and the realized task mix per round (entropy over gold tool
+    patterns, share of the domain's write tools covered): a data-side arm differs first in its data;
   - for an arm with a GRPO stage, what its RL saw (`rl_columns`): steps trained, rollout episodes, reward
     (mean and the within-group spread, the noise a user adds), the share of groups with any signal, the
     effective batch (kept groups x G per step), resamples, and the rollout user's request-stated,
@@ -82,6 +86,39 @@ def rl_columns(run: Optional[dict]) -> dict:
             "RL user proper end": mean(M.PROPER_END_RATE), "RL user deviation": mean(M.USER_DEVIATION_RATE)}
 
 
+def _engine_of_arm(data: dict, arm: str) -> Optional[dict]:
+    """The engine report entry whose data the arm's agent SFT'd on (its sft_agent stage's `data` reference,
+    followed through a stage shared with another arm); None for an arm without agent SFT."""
+    from kit.report.run_data import _stage_dir
+
+    stages = data["manifest"].get("stages", [])
+    sft = next((e for e in stages if e.get("arm") == arm and e.get("stage") == "sft_agent"), None)
+    key = ((sft or {}).get("references") or {}).get("data")
+    src = next((e for e in stages if e.get("key") == key), None)
+    d = _stage_dir(src) if src else None
+    return next((x for x in data["engine"] if d is not None and str(x["dir"]) == str(d)), None)
+
+
+def engine_columns(run: Optional[dict]) -> dict:
+    """The ablation row's data block for one engine report entry (rounds.csv): totals over the rounds, and
+    per round (a -> b -> c) the entropy of the accepted tasks' gold tool patterns and the write-tool coverage."""
+    if run is None:
+        return {}
+    r = run["rounds"]
+
+    def total(col):
+        return int(r[col].sum()) if col in r and len(r) else None
+
+    def per_round(col, fmt):
+        return " -> ".join(fmt.format(v) for v in r[col]) if col in r and len(r) and r[col].notna().all() else None
+
+    return {"data: proposals": total("proposals"), "data: accepted": total("accepted"),
+            "data: SFT samples": total("sft_agent"), "data: dropped ungrounded": total("sft_ungrounded"),
+            "data: unvalidated accepted": total("unvalidated"),
+            "data: pattern entropy per round (bits)": per_round("pattern_entropy", "{:.2f}"),
+            "data: write-tool coverage per round": per_round("write_coverage", "{:.2f}")}
+
+
 def _settings(meta: dict) -> dict:
     import kit.metrics as M
 
@@ -139,7 +176,8 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
                     "paper Δ (points)": paper_diff,
                     "verdict": "reference" if arm["name"] == ref_name else
                     verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None),
-                    **rl_columns(grpo.get(arm["name"])), **_settings(ev["meta"])})
+                    **engine_columns(_engine_of_arm(data, arm["name"])), **rl_columns(grpo.get(arm["name"])),
+                    **_settings(ev["meta"])})
         rows.append(row)
     if ref_name and ref_ev is None and arms:
         warnings.append(f"the reference arm '{ref_name}' has no evaluation yet: no paired difference")
