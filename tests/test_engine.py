@@ -734,6 +734,37 @@ def test_world_writes_are_asked_for_in_words_and_the_agent_looks_up_the_ids():
 
 
 @pytest.mark.slow
+def test_a_two_write_request_is_drawn_for_a_customer_who_can_make_both():
+    """retail multi_change (return a delivered order's items, then cancel a pending order) with the real
+    embedded model: the first write's customer is drawn among those who also hold a pending order, so the
+    second write is never left without a candidate ("no cancel_pending_order call the world allows" ended
+    every such proposal of the 2026-12-02 retail run); both writes are the same customer's, and the task
+    passes the executable checks (retail's policy rules included)."""
+    from kit.engine.choice import Chooser
+    from kit.engine.plans import EDGES, PERSONAS, PlanPair, Slice
+    from kit.engine.prompts import Prompts
+    from kit.engine.synthesize import Synthesizer
+    from kit.llm import make_backend
+
+    dom = load_domain("retail")
+    synth = Synthesizer(dom, Chooser(make_backend("embedded"), temperature=0.0, seed=0), Prompts(), explore_steps=0)
+    tools = ["return_delivered_order_items", "cancel_pending_order"]
+    plan = PlanPair(id="p0", slice=Slice("multi_change", tools, PERSONAS[0], EDGES[0]),
+                    synthesis="The customer returns items of one order and cancels another.",
+                    evaluation="Both writes are done.")
+    for seed in range(2):
+        prop = synth.propose(plan, f"r0-p{seed}", 0, f"syn-two-{seed}", seed=seed)
+        assert prop.task is not None, prop.failure
+        acts = prop.task.evaluation_criteria.actions
+        writes = [a for a in acts if dom.tool_kind(a.name) == "write"]
+        assert [a.name for a in writes] == tools, [a.name for a in acts]
+        env = dom.fork(None)
+        owners = {env.agent_db.orders[a.arguments["order_id"]].user_id for a in writes}
+        assert len(owners) == 1, owners  # one customer's request
+        assert executable_checks(dom, prop.task) == [], str(prop.task.user_scenario)
+
+
+@pytest.mark.slow
 def test_a_certificate_task_is_a_complaint_about_a_cancelled_flight():
     """airline send_certificate through the synthesizer with the real embedded model: the customer says which
     flight of which reservation was cancelled (the policy's condition for a certificate), the agent reads the

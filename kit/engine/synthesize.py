@@ -248,6 +248,13 @@ def _params(fn: dict) -> list[tuple[str, dict, bool]]:
     return [(k, v, k in req) for k, v in props.items()]
 
 
+def _owner(candidate) -> Optional[dict]:
+    """The customer a world write candidate acts for ({user_id} or {customer_id}): a later write of the same
+    request is drawn for them."""
+    return {k: v for k, v in {**candidate.knows, **candidate.arguments}.items()
+            if k in ("user_id", "customer_id")} or None
+
+
 def _parse_output(content: str) -> Any:
     try:
         return json.loads(content)
@@ -572,17 +579,18 @@ class Synthesizer:
         return reads, facts, request, reason
 
     def _one_write(self, plan, prop, tool: str, writes: list[Call], pool: Pool, rng: random.Random,
-                   fixed: Optional[dict] = None) -> tuple[dict, dict, Any, Optional[Any]]:
+                   fixed: Optional[dict] = None, then: tuple[str, ...] = ()) -> tuple[dict, dict, Any, Optional[Any]]:
         """Arguments for one write (the model's choices, `fixed` ones given), run after the `writes` kept so
-        far; a write that errors or changes nothing is chosen again without the values that failed.
-        (arguments, their sources in the pool, the tool's result, the world candidate or None)."""
+        far; a write that errors or changes nothing is chosen again without the values that failed. `then`:
+        the writes that follow it for the same customer (a world candidate is kept only if its customer can
+        make them too). (arguments, their sources in the pool, the tool's result, the world candidate or None)."""
         banned: dict[str, set] = {}
         tried: set[str] = set()  # world candidates that failed (by their arguments)
         for tries in range(self.max_repairs + 1):
             env = self.domain.fork(self.start)  # replay the writes kept so far, then try this one
             for w in writes:
                 env.execute(w.name, dict(w.arguments), "assistant")
-            world = None if self.raw else self._world_args(plan, tool, env, rng, fixed, tried)
+            world = None if self.raw else self._world_args(plan, tool, env, rng, fixed, tried, then)
             if world is not None:
                 args, src = dict(world.arguments), {p: None for p in world.arguments}
             else:
@@ -604,7 +612,7 @@ class Synthesizer:
         raise _NoTask(SynthesisFailure.WRITE_FAILED, f"{tool} failed after {self.max_repairs} repairs ({problem})")
 
     def _world_args(self, plan, tool: str, env, rng: random.Random, fixed: Optional[dict],
-                    tried: set[str]) -> Optional[Any]:
+                    tried: set[str], then: tuple[str, ...] = ()) -> Optional[Any]:
         """Arguments of a write drawn whole from the world (kit/envs/arguments: a reservation and the
         payment method its owner holds, an order's item and an available variant, ...), the model choosing
         among the candidates; None where the domain has no generator for the tool (the per-argument
@@ -618,6 +626,12 @@ class Synthesizer:
         if cands is None:
             return None
         cands = [c for c in cands if json.dumps(c.arguments, sort_keys=True, default=str) not in tried]
+        if then and cands:
+            # the customer of a two-write request must be able to make both: a retail user with a delivered
+            # order to return and no pending order to cancel ended every such proposal at its second write
+            probe = random.Random(rng.random())
+            cands = [c for c in cands if all(write_candidates(self.domain.name, env.agent_db, t, probe, limit=1,
+                                                              fixed=_owner(c)) != [] for t in then)]
         if self.taken is not None and cands:
             from kit.eval.leak import action_key
 
@@ -651,10 +665,10 @@ class Synthesizer:
                 if not isinstance(made, dict) or made.get(chain) is None:
                     raise _NoTask(SynthesisFailure.NOTHING_TO_LOOK_UP, f"{plan.slice.tools[0]} returned no {chain}")
                 fixed = {**(owner or {}), chain: made[chain]}
-            args, src, result, world = self._one_write(plan, prop, tool, writes, pool, rng, fixed=fixed)
+            later = tuple(plan.slice.tools[i + 1:]) if i == 0 and not chain else ()
+            args, src, result, world = self._one_write(plan, prop, tool, writes, pool, rng, fixed=fixed, then=later)
             if world is not None:
-                owner = {k: v for k, v in {**world.knows, **world.arguments}.items()
-                         if k in ("user_id", "customer_id")} or None
+                owner = _owner(world)
             words = dict(world.said) if world is not None else {}
             identity = identity or (dict(world.identity) if world is not None else {})
             reasons.append(world.reason if world is not None else "")
