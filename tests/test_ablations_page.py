@@ -50,6 +50,7 @@ def test_page_pairs_each_arm_with_the_reference_and_says_which_directions_reprod
     assert rows.loc["base", "verdict"] == "reproduced"  # 5/40 vs 30/40, the paper's 38 < 56
     few = rows.loc["4 plans"]
     assert few["Δ vs reference"] == 0.0 and few["verdict"] == "no difference" and few["MDE"] > 0
+    assert pd_isna(few["tasks this Δ needs"]) and 0 < nv["tasks this Δ needs"] <= N  # a clear drop: fewer than it had
     # the arm judged by another referee is flagged: its difference is not the agent's alone
     assert any("4 plans" in w and "referee user" in w for w in warnings)
     assert rows.loc["w/o validation", "referee user"] == "sft_user" and rows.loc["4 plans", "n tasks"] == N

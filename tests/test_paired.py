@@ -239,3 +239,18 @@ def test_slices_pair_within_each_phrasing_and_shape(tmp_path):
         tasks = [t for t in TASKS if (phrasing if key == "phrasing" else shape)[t] == v]
         want = paired_difference({t: a[t] for t in tasks}, {t: b[t] for t in tasks}, n_boot=200).to_row()
         assert row["tasks"] == len(tasks) and row["Δ (B−A)"] == want["Δ (B−A)"] and row["p"] == want["p"]
+
+
+def test_tasks_needed_inverts_the_mde():
+    """tasks_needed is the MDE formula solved for n: at the n it returns, the MDE is at most the difference,
+    one task fewer and it is above; a difference of 0 needs no finite number."""
+    import math
+
+    from kit.eval.paired import tasks_needed
+
+    z = 2.8015852  # z_0.975 + z_0.8
+    for diff, sd in ((0.021, 0.145), (0.063, 0.275), (0.3, 0.5)):
+        n = tasks_needed(diff, sd)
+        assert z * sd / math.sqrt(n) <= diff < z * sd / math.sqrt(n - 1)
+    assert tasks_needed(-0.063, 0.275) == tasks_needed(0.063, 0.275)
+    assert tasks_needed(0.0, 0.3) is None

@@ -166,6 +166,15 @@ def min_detectable_difference(d: np.ndarray, alpha: float = ALPHA,
     return z * sd / math.sqrt(n), sd, basis
 
 
+def tasks_needed(diff: float, sd: float, alpha: float = ALPHA, power: float = POWER) -> Optional[int]:
+    """How many paired tasks a true difference `diff` needs to be detected (two-sided `alpha`, `power`) at a
+    per-task sd(d) of `sd` (the MDE formula solved for n); None for a difference of 0."""
+    if diff == 0:
+        return None
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    return math.ceil((z * sd / abs(diff)) ** 2)
+
+
 def paired_bootstrap_ci(d: np.ndarray, ci: float = 0.95, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile interval of mean(d) over `n_boot` resamples of the tasks (indices drawn with replacement)."""
     d = np.asarray(d, dtype=float)

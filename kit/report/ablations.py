@@ -22,7 +22,9 @@ Per ablation run (a recipe with `arms:`), one table, one row per arm (its last e
     proper-end and deviation rates: what tells a mute user from a noisy one, or one batch shape from another;
   - what produced the number: the referee user simulator (and how often it stated the request), temperatures, turn cap, tokens per turn (and
     how many gold calls and customer openings they cut: kit.rollout.loop.token_caps_cut), tasks and
-    trials. Arms of one recipe judged by different referees or tasks are flagged.
+    trials. Arms of one recipe judged by different referees or tasks are flagged;
+  - how many paired tasks the observed difference would need to be detected (alpha 0.05, power 0.8, at
+    the observed per-task sd: kit.eval.paired.tasks_needed): what a direction not reproduced asks for.
 A summary table on top lists every non-reference arm's verdict, so the page answers "which of the
 paper's directions did this batch reproduce" in one place.
 """
@@ -36,7 +38,7 @@ from typing import Optional
 
 import pandas as pd
 
-from kit.eval.paired import ALPHA
+from kit.eval.paired import ALPHA, tasks_needed
 from kit.report.run_data import Section, collect, run_folder
 
 BASE_WORDS = ("base",)
@@ -165,7 +167,8 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
             d = paired_difference(outcomes_by_task(ref_ev["episodes"]), outcomes_by_task(ev["episodes"]),
                                   ref_arm.get("label") or ref_name, row["arm"], ci=ci, n_boot=n_boot)
             row.update({"Δ vs reference": d.diff, "Δ CI": f"[{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}]", "p": d.p_value,
-                        "MDE": d.mde, "paired tasks": d.n_tasks})
+                        "MDE": d.mde, "paired tasks": d.n_tasks,
+                        "tasks this Δ needs": tasks_needed(d.diff, d.mde_sd)})
             if d.unmatched:
                 warnings.append(f"{row['arm']}: {d.unmatched} tasks scored in only one of it and the reference "
                                 "(left out of the difference)")
@@ -212,7 +215,8 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
             for _, r in df[~df["reference"]].iterrows():
                 summary.append({"ablation": spec.get("name", run.name), "arm": r["arm"],
                                 "paper Δ (points)": r.get("paper Δ (points)"), "ours Δ": r.get("Δ vs reference"),
-                                "Δ CI": r.get("Δ CI"), "p": r.get("p"), "MDE": r.get("MDE"), "verdict": r["verdict"]})
+                                "Δ CI": r.get("Δ CI"), "p": r.get("p"), "MDE": r.get("MDE"),
+                                "tasks this Δ needs": r.get("tasks this Δ needs"), "verdict": r["verdict"]})
         else:
             sec.text("No arms: not an ablation recipe.")
         sections.append(sec)
