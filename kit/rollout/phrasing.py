@@ -219,10 +219,12 @@ def _core(pick: _Pick, step: "Step", labels: dict, generic: bool) -> tuple[str, 
             return vp, ctx, {"status", tkey}
     plain = [k for k in args if not _is_owner(k)]
     # the τ² domains' own wordings (domain_phrases.py), then the customer's words for looked-up values; the
-    # generic wording is no option for a list or record value (it would read as JSON: "flights [{...}]")
-    if not generic or any(isinstance(args[k], (list, dict)) for k in plain):
-        from kit.rollout.domain_phrases import render
+    # generic wording is no option for a tool that has a wording of its own (it read as schema text: "refuel
+    # the data with gb amount 1.0", telecom engine run of 2026-12-03) or for a list or record value (it would
+    # read as JSON: "flights [{...}]"); it stays for a tool no domain phrase covers
+    from kit.rollout.domain_phrases import PHRASES, render
 
+    if not generic or step.tool in PHRASES or any(isinstance(args[k], (list, dict)) for k in plain):
         vp = render(step.tool, {k: args[k] for k in plain}, pick)
         if vp is not None:
             return (vp + "".join(f", {w}" for w in step.described.values() if w)
