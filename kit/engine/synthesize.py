@@ -629,9 +629,11 @@ class Synthesizer:
         if then and cands:
             # the customer of a two-write request must be able to make both: a retail user with a delivered
             # order to return and no pending order to cancel ended every such proposal at its second write
-            probe = random.Random(rng.random())
+            # (in today's database: a later write on a record the first one makes may still find none here,
+            # so a filter that leaves nothing keeps every candidate; the probe draws do not touch `rng`)
+            probe = random.Random(0)
             cands = [c for c in cands if all(write_candidates(self.domain.name, env.agent_db, t, probe, limit=1,
-                                                              fixed=_owner(c)) != [] for t in then)]
+                                                              fixed=_owner(c)) != [] for t in then)] or cands
         if self.taken is not None and cands:
             from kit.eval.leak import action_key
 
