@@ -210,6 +210,8 @@ def fake_ablation_run(root: Path, name: str, arms: list[tuple[dict, dict[str, li
             entries.append(fake_grpo(run, f"{arm['name']}/grpo", arm=arm["name"], **grpo[arm["name"]]))
         st, e = _stage(run, "evaluate", f"{arm['name']}/evaluate", arm=arm["name"], params={"label": arm.get("label")})
         _eval(st, rewards, arm.get("label") or arm["name"], user_model=user_model)
+        if arm["name"] in (engines or {}):  # the agent it scores: the arm's SFT on its engine's data
+            e = {**e, "references": {"model": f"{arm['name']}/sft_agent"}}
         entries.append(e)
     spec = {"name": name, "description": f"{name}: made up for the tests", "arms": [a for a, _, _ in arms],
             "comparison": comparison or {"metric": "pass^1", "paper_metric": "airline pass^1"}}

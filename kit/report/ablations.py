@@ -88,17 +88,24 @@ def rl_columns(run: Optional[dict]) -> dict:
             "RL user proper end": mean(M.PROPER_END_RATE), "RL user deviation": mean(M.USER_DEVIATION_RATE)}
 
 
-def _engine_of_arm(data: dict, arm: str) -> Optional[dict]:
-    """The engine report entry whose data the arm's agent SFT'd on (its sft_agent stage's `data` reference,
-    followed through a stage shared with another arm); None for an arm without agent SFT."""
+def _engine_of_arm(data: dict, eval_key: str) -> Optional[dict]:
+    """The engine report entry whose data the evaluated agent trained on: from the evaluation's `model`
+    reference back through the stages that made it (GRPO from its SFT start, SFT from its `data`), shared
+    stages followed to the folder that ran; None for an agent that never trained on engine data."""
     from kit.report.run_data import _stage_dir
 
-    stages = data["manifest"].get("stages", [])
-    sft = next((e for e in stages if e.get("arm") == arm and e.get("stage") == "sft_agent"), None)
-    key = ((sft or {}).get("references") or {}).get("data")
-    src = next((e for e in stages if e.get("key") == key), None)
-    d = _stage_dir(src) if src else None
-    return next((x for x in data["engine"] if d is not None and str(x["dir"]) == str(d)), None)
+    by_key = {e.get("key"): e for e in data["manifest"].get("stages", [])}
+    entry = by_key.get(eval_key)
+    for _ in range(8):  # a chain of model stages, never a cycle
+        refs = (entry or {}).get("references") or {}
+        if "data" in refs:
+            src = by_key.get(refs["data"])
+            d = _stage_dir(src) if src else None
+            return next((x for x in data["engine"] if d is not None and str(x["dir"]) == str(d)), None)
+        entry = by_key.get(refs.get("model"))
+        if entry is None:
+            return None
+    return None
 
 
 def engine_columns(run: Optional[dict]) -> dict:
@@ -106,6 +113,8 @@ def engine_columns(run: Optional[dict]) -> dict:
     per round (a -> b -> c) the entropy of the accepted tasks' gold tool patterns and the write-tool coverage."""
     if run is None:
         return {}
+    import kit.metrics as M
+
     r = run["rounds"]
 
     def total(col):
@@ -115,7 +124,7 @@ def engine_columns(run: Optional[dict]) -> dict:
         return " -> ".join(fmt.format(v) for v in r[col]) if col in r and len(r) and r[col].notna().all() else None
 
     return {"data: proposals": total("proposals"), "data: accepted": total("accepted"),
-            "data: SFT samples": total("sft_agent"), "data: dropped ungrounded": total("sft_ungrounded"),
+            "data: SFT samples": total(M.AGENT_SAMPLES), "data: dropped ungrounded": total("sft_ungrounded"),
             "data: unvalidated accepted": total("unvalidated"),
             "data: pattern entropy per round (bits)": per_round("pattern_entropy", "{:.2f}"),
             "data: write-tool coverage per round": per_round("write_coverage", "{:.2f}")}
@@ -179,7 +188,7 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
                     "paper Δ (points)": paper_diff,
                     "verdict": "reference" if arm["name"] == ref_name else
                     verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None),
-                    **engine_columns(_engine_of_arm(data, arm["name"])), **rl_columns(grpo.get(arm["name"])),
+                    **engine_columns(_engine_of_arm(data, ev["key"])), **rl_columns(grpo.get(arm["name"])),
                     **_settings(ev["meta"])})
         rows.append(row)
     if ref_name and ref_ev is None and arms:
