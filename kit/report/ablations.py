@@ -38,6 +38,7 @@ from typing import Optional
 
 import pandas as pd
 
+import kit.metrics as M
 from kit.eval.paired import ALPHA, tasks_needed
 from kit.report.run_data import Section, collect, run_folder
 
@@ -69,8 +70,6 @@ def rl_columns(run: Optional[dict]) -> dict:
     over its steps of metrics.jsonl. Empty for an arm without GRPO."""
     if run is None:
         return {}
-    import kit.metrics as M
-
     h, o = run["history"], run["outputs"]
     g = (run.get("params") or {}).get("group_size")
 
@@ -113,8 +112,6 @@ def engine_columns(run: Optional[dict]) -> dict:
     per round (a -> b -> c) the entropy of the accepted tasks' gold tool patterns and the write-tool coverage."""
     if run is None:
         return {}
-    import kit.metrics as M
-
     r = run["rounds"]
 
     def total(col):
@@ -131,8 +128,6 @@ def engine_columns(run: Optional[dict]) -> dict:
 
 
 def _settings(meta: dict) -> dict:
-    import kit.metrics as M
-
     return {"referee user": str(meta.get("user_model")),
             "referee request stated": meta.get(M.REQUEST_STATED_RATE), "agent T": meta.get("temperature"),
             "user T": meta.get("user_temperature"), "turn cap (messages)": meta.get("max_messages"),
