@@ -34,7 +34,7 @@ def _stage(run: Path, stage: str, key: str, arm=None, params=None) -> tuple[Stag
 def _eval(st: Stage, rewards: dict[str, list[float]], label: str, domain: str = "mock", model: str = "embedded",
           user_model: str = "embedded"):
     eps = pd.DataFrame([{"task_id": t, "trial": k, "reward": r, "termination": "agent_stop",
-                         "user_deviations": int(k == 0 and r == 0)}
+                         "user_deviations": int(k == 0 and r == 0), "request_stated": k == 0}
                         for t, rs in rewards.items() for k, r in enumerate(rs)])
     n = len(next(iter(rewards.values())))
     p1 = sum(sum(r == 1.0 for r in rs) / len(rs) for rs in rewards.values()) / len(rewards)

@@ -162,3 +162,18 @@ def test_data_arms_show_the_data_their_agent_trained_on(tmp_path):
     assert frozen["data: pattern entropy per round (bits)"] == "0.90 -> 0.90 -> 0.90"
     assert frozen["data: unvalidated accepted"] == 6 and full["data: write-tool coverage per round"] == "0.50 -> 0.75 -> 0.75"
     assert pd_isna(rows.loc["base"].get("data: accepted"))  # no SFT, no data
+
+
+def test_each_arm_shows_its_pass_rate_where_the_referee_stated_the_request_and_where_it_did_not(tmp_path):
+    """The user-model ablation's GRPO arm gained where the referee stated the request (0.126 -> 0.274 on
+    2026-12-04's run) and not elsewhere: the page splits each arm's pass^1 by episodes.csv's request_stated
+    (the fake run's referee states it in trial 0 of each task, not in trial 1)."""
+    two = lambda stated, unstated: {f"t{i}": [float(i in stated), float(i in unstated)] for i in range(N)}
+    arms = [({"name": "sft", "label": "SFT", "paper": 85.4}, two(set(range(4)), set(range(4))), "sft_user"),
+            ({"name": "ft", "label": "RL", "paper": 95.6}, two(set(range(12)), set(range(5))), "sft_user")]
+    run = fake_ablation_run(tmp_path, "ablation-user", arms, {"metric": "pass^1", "reference": "sft"})
+    rows = ablation_rows(run, n_boot=200)[1].set_index("arm")
+    assert rows.loc["SFT", "pass^1, request stated"] == "0.100 (40)"
+    assert rows.loc["SFT", "pass^1, request not stated"] == "0.100 (40)"
+    assert rows.loc["RL", "pass^1, request stated"] == "0.300 (40)"
+    assert rows.loc["RL", "pass^1, request not stated"] == "0.125 (40)"

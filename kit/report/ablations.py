@@ -127,6 +127,20 @@ def engine_columns(run: Optional[dict]) -> dict:
             "data: write-tool coverage per round": per_round("write_coverage", "{:.2f}")}
 
 
+def request_columns(episodes: pd.DataFrame) -> dict:
+    """pass^1 over the episodes whose referee stated the request in its opening and over those whose did not
+    (episodes.csv's request_stated; tasks with nothing the user must state are in neither), "rate (episodes)".
+    An agent that learned to act on what it is told gains where the request was stated."""
+    if "request_stated" not in episodes:
+        return {}
+    said = episodes["request_stated"].map({True: True, False: False, "True": True, "False": False})
+    out = {}
+    for name, mask in (("pass^1, request stated", said == True), ("pass^1, request not stated", said == False)):  # noqa: E712
+        part = episodes.loc[mask, "reward"]
+        out[name] = f"{(part == 1.0).mean():.3f} ({len(part)})" if len(part) else None
+    return out
+
+
 def _settings(meta: dict) -> dict:
     return {"referee user": str(meta.get("user_model")),
             "referee request stated": meta.get(M.REQUEST_STATED_RATE), "agent T": meta.get("temperature"),
@@ -184,7 +198,7 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
                     "verdict": "reference" if arm["name"] == ref_name else
                     verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None),
                     **engine_columns(_engine_of_arm(data, ev["key"])), **rl_columns(grpo.get(arm["name"])),
-                    **_settings(ev["meta"])})
+                    **request_columns(ev["episodes"]), **_settings(ev["meta"])})
         rows.append(row)
     if ref_name and ref_ev is None and arms:
         warnings.append(f"the reference arm '{ref_name}' has no evaluation yet: no paired difference")
