@@ -1,0 +1,133 @@
+"""The user-model ablation's raw user is noisy, not mute: GRPO's groups get nonzero, varying reward against
+a briefly SFT'd user, and none against the untouched model (recipes/ablations/user_model.yaml's raw arm plays
+the SFT user after 4 of its 24 steps; the untouched 135M model states the request in 0 % of openings).
+
+The users are real: the embedded SmolLM2-135M-Instruct, untouched and after the raw arm's 4 SFT steps on
+engine-made user samples (tests/data/engine_sft_user_mock.jsonl: the first 40 lines of the user-model
+ablation's sft_user.jsonl, 2026-12-04, written by the kit's engine on mock with the embedded model). The agent
+is scripted (`ListeningAgent`, a stand-in for a model in a test about the user): it makes the task's gold calls
+only when the user's opening names every value those calls need that the user knows
+(kit.rollout.fidelity.required_user_values, what request_stated checks), and gives up otherwise. Its reward
+therefore measures the user: a user that states its request gets it done, a mute one gets nothing. Groups are
+collected, scored (kit.verify) and filtered by GRPO's own code (kit.train.grpo_groups.collect_groups).
+Measured when written (6 tasks x G 4, GRPO's default user temperature 1.0): the untouched user stated none of 24
+openings (every group filtered: GRPO skips the step), the 4-step user 2 (two groups with signal); the test draws
+12 tasks so that a user stating 8 % of requests fails it by chance in 1.6 % of seeds (0.92^48)."""
+
+from __future__ import annotations
+
+from itertools import groupby
+from pathlib import Path
+
+import pytest
+
+from kit.envs import load_domain
+from kit.llm.types import Backend, Completion, SamplingParams, ToolCall
+from kit.replay import gold_actions, gold_final_text
+from kit.rollout.fidelity import _norm_value, required_user_values
+
+GIVE_UP = "I am sorry, I could not tell what you need. ###STOP###"
+N_TASKS, G = 12, 4
+DATA = Path(__file__).parent / "data" / "engine_sft_user_mock.jsonl"
+
+
+def _text(s: str) -> Completion:
+    return Completion(text=s, raw=s, finish_reason="stop")
+
+
+class ListeningAgent(Backend):
+    """Scripted agent bound to one task: gold calls (one per turn) when every needed value is in the user's opening."""
+
+    def __init__(self, task, domain):
+        self.task = task
+        self.gold = gold_actions(task)
+        self.needed = required_user_values(task, domain=domain)
+
+    def generate_batch(self, conversations, tools=None, params=None):
+        n = (params.n if isinstance(params, SamplingParams) else (params or {}).get("n", 1)) or 1
+        return [[self.step(conv)] * n for conv in conversations]
+
+    def step(self, conv: list[dict]) -> Completion:
+        opening = next((m.get("content") for m in conv if m["role"] == "user" and m.get("content")), "")
+        said = _norm_value(opening)
+        mine = [m for m in conv if m["role"] == "assistant"]
+        made = sum(len(m.get("tool_calls") or []) for m in mine)
+        if all(v in said for v in self.needed):
+            if made < len(self.gold):
+                a = self.gold[made]
+                call = ToolCall(id=f"c{made}", name=a.name, arguments=dict(a.arguments))
+                return Completion(text="", tool_calls=[call], raw=call.model_dump_json(), finish_reason="tool_calls")
+            return _text(gold_final_text(self.task) + " ###STOP###")
+        return _text(GIVE_UP)
+
+
+def _tasks(dom) -> list:
+    """Held-out tasks whose gold writes need values the user knows (the only ones a user's words decide)."""
+    out = [t for t in dom.tasks("heldout_val")
+           if required_user_values(t, domain=dom) and all(a.requestor == "assistant" for a in gold_actions(t))]
+    return out[:N_TASKS]
+
+
+def _groups(dom, tasks, user):
+    from accelerate import Accelerator
+
+    from kit.rollout import RolloutConfig, run_episodes
+    from kit.train.grpo_config import GRPOConfig
+    from kit.train.grpo_groups import TaskDraws, collect_groups, episode_metrics
+    from kit.train.processes import Processes
+    from kit.verify import verify
+
+    # GRPO's user settings in the user-model ablation (48 user tokens, 13 messages); one step, no resampling
+    cfg = GRPOConfig(group_size=G, tasks_per_step=len(tasks), resample_budget=0, user_max_new_tokens=48,
+                     max_messages=13, user_temperature=1.0, seed=0)
+
+    def rollout(todo, seed):
+        rc = RolloutConfig(max_messages=cfg.max_messages, seed=seed,
+                           user_params=SamplingParams(temperature=cfg.user_temperature,
+                                                      max_new_tokens=cfg.user_max_new_tokens))
+        trajs = []
+        for _, same in groupby(todo, key=lambda t: t.id):  # one scripted agent per task, its G episodes batched
+            same = list(same)
+            trajs += run_episodes(dom, same, ListeningAgent(same[0], dom), user, rc, progress=False)
+        return trajs
+
+    kept, seen, m = collect_groups(TaskDraws(tasks, 0), Processes(Accelerator(cpu=True)), cfg, 0, rollout,
+                                   lambda task, traj: verify(dom, task, traj).reward)
+    return kept, seen, {**m, **episode_metrics(seen, dom)}
+
+
+@pytest.fixture(scope="module")
+def noisy_user_folder(tmp_path_factory):
+    """The embedded model after 4 SFT steps (batch 4, lr 1e-4, 1 warm-up step: the raw arm's sft_user_raw) on
+    engine-made user samples."""
+    from kit.llm import ensure_embedded_model
+    from kit.train.sft import SFTConfig, run_sft
+
+    start = str(ensure_embedded_model())
+    out = tmp_path_factory.mktemp("noisy_user") / "model"
+    run_sft(DATA, SFTConfig(model_path=start, output_dir=str(out), train_steps=4, batch_size=4, lr=1e-4,
+                                    warmup_steps=1, max_seq_len=1024, save_every=0))
+    return out
+
+
+@pytest.mark.slow
+def test_grpo_against_a_briefly_trained_user_gets_nonzero_varying_reward_and_none_against_the_untouched_model(
+        noisy_user_folder):
+    from kit.llm import make_backend
+    from kit import metrics as M
+
+    dom = load_domain("mock")
+    tasks = _tasks(dom)
+    assert len(tasks) == N_TASKS
+    seen_by = {}
+    for name, spec in (("untouched", "embedded"), ("noisy", f"hf:{noisy_user_folder}")):
+        kept, seen, m = _groups(dom, tasks, make_backend(spec))
+        rewards = [r for g in seen for r in g.rewards]
+        assert len(rewards) == N_TASKS * G, name
+        seen_by[name] = (kept, rewards, m)
+    kept, rewards, m = seen_by["untouched"]
+    assert sum(rewards) == 0 and kept == [], m  # mute: no reward, every group filtered, GRPO's step skipped
+    kept, rewards, m = seen_by["noisy"]
+    assert 0 < sum(rewards) < len(rewards), (rewards, m)  # some requests stated, not all
+    assert kept, m  # at least one group with signal: an advantage to learn from
+    assert m[M.REQUEST_STATED_RATE] > seen_by["untouched"][2][M.REQUEST_STATED_RATE], m
