@@ -386,7 +386,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         run_id = f"{run_id}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         res = Runner(recipe, run_id, args.runs_dir, args.reports_dir, force=tuple(args.force or ()),
-                     keep=tuple(args.keep or ())).run()
+                     keep=tuple(args.keep or ()), share_from=tuple(args.share_from or ())).run()
     except StageFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_STATUS if e.user_error else 1
@@ -405,8 +405,9 @@ ABLATIONS = ("no_validation", "no_evolution", "user_model", "batch_size", "dynam
 
 
 def _cmd_ablations(args: argparse.Namespace) -> int:
-    """Every ablation recipe in turn (each `kit run`, resumable), then one page over all of them; a recipe
-    that fails does not stop the others, and the page says which failed."""
+    """Every ablation recipe in turn (each `kit run`, resumable; a stage identical to one another run of the
+    batch completed is shared from it), then one page over all of them; a recipe that fails does not stop the
+    others, and the page says which failed."""
     from kit.report.ablations import ablations_page
     from kit.runner import load_recipe, parse_override
     from kit.runner.execute import Runner, StageFailed
@@ -424,7 +425,10 @@ def _cmd_ablations(args: argparse.Namespace) -> int:
             continue
         print(f"[kit ablations] {rec.name} ({rec.path})")
         try:
-            res = Runner(rec, rec.name, args.runs_dir, args.reports_dir).run()
+            # a stage identical to one of another ablation of the batch (the common engine, SFT and referee
+            # stages) is shared from that run's folder, not rerun
+            others = tuple(Path(args.runs_dir) / r.name for r in recipes if r.name != rec.name)
+            res = Runner(rec, rec.name, args.runs_dir, args.reports_dir, share_from=others).run()
             status[rec.name] = (f"{len(res.executed)} stages executed, {len(res.skipped)} already complete, "
                                 f"{len(res.shared)} shared, {res.wall_s:.0f}s")
         except StageFailed as e:
@@ -540,6 +544,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="reuse this complete stage although its fingerprint changed (the code it reaches, its "
                          "parameters or upstream): you vouch the change does not matter to it; stage.json and the "
                          "manifest record the old fingerprint (kept_from)")
+    rn.add_argument("--share-from", action="append", metavar="RUN_DIR",
+                    help="another run whose complete stages this run shares where a stage is identical (same "
+                         "fingerprint: stage, parameters, notebook, kit code, upstream) instead of rerunning it; "
+                         "the manifest records the folder (shared_with), so keep that run")
     rn.add_argument("--validate", action="store_true", help="validate and print the plan; run nothing")
     rn.add_argument("--runs-dir", default="runs")
     rn.add_argument("--reports-dir", default="reports")

@@ -484,6 +484,36 @@ def test_arms_share_identical_stages_and_the_report_runs_once(tmp_path):
     assert by["c/evaluate"]["params"]["model"] == "embedded"  # no sft_agent in arm c: the base model
 
 
+
+def test_a_run_shares_an_identical_complete_stage_of_another_run(tmp_path):
+    """`share_from` (kit run --share-from; kit ablations passes the batch's other runs): a stage with the same
+    fingerprint complete in another run is shared from its folder, a different one runs, the run's own complete
+    stage is preferred, and --force runs it here."""
+    from kit.runner.execute import Runner
+
+    nbs = stub_notebooks(tmp_path / "nbs")
+    base = "domain: mock\nstages:\n  - stage: sft_agent\n  - stage: evaluate\n    params: {limit: %d}\n"
+    first = Runner(load_recipe(write(tmp_path, "name: one\n" + base % 1, "one.yaml")), None, tmp_path / "runs",
+                   tmp_path / "reports", nbs, stream=open(tmp_path / "log1", "w")).run()
+    assert first.executed == ["sft_agent", "evaluate"]
+    second = load_recipe(write(tmp_path, "name: two\n" + base % 3, "two.yaml"))
+    log = tmp_path / "log2"
+    res = Runner(second, None, tmp_path / "runs", tmp_path / "reports", nbs, stream=open(log, "w"),
+                 share_from=(first.run_dir,)).run()
+    assert res.shared == ["sft_agent"] and res.executed == ["evaluate"]
+    by = {s["key"]: s for s in json.loads((res.run_dir / "manifest.json").read_text())["stages"]}
+    assert by["sft_agent"]["status"] == "shared" and by["sft_agent"]["shared_with"] == str(first.run_dir / "sft_agent")
+    assert by["evaluate"]["params"]["model"] == str(first.run_dir / "sft_agent" / "model")
+    assert "sft_agent: identical to one/sft_agent, shared" in log.read_text()
+    assert not (res.run_dir / "sft_agent").exists()
+    again = Runner(second, None, tmp_path / "runs", tmp_path / "reports", nbs, stream=open(log, "w"),
+                   share_from=(first.run_dir,), force=("sft_agent",)).run()
+    assert again.executed[0] == "sft_agent" and (again.run_dir / "sft_agent" / "stage.json").exists()
+    own = Runner(second, None, tmp_path / "runs", tmp_path / "reports", nbs, stream=open(log, "w"),
+                 share_from=(first.run_dir,)).run()
+    assert own.skipped[:1] == ["sft_agent"] and own.shared == []  # its own complete copy now
+
+
 # ----- the report --------------------------------------------------------------------------------
 
 

@@ -9,7 +9,9 @@ For each planned stage, in order:
      (so a changed upstream stage reruns everything below it);
   3. skip it when its folder holds a `stage.json` with status "complete", the same fingerprint,
      and every output it lists still exists ("resume after a crash");
-     in an ablation, a stage identical to one another arm already ran is shared, not rerun;
+     in an ablation, a stage identical to one another arm already ran is shared, not rerun, and so is a
+     complete stage of another run named by `share_from` (`kit run --share-from RUN_DIR`; `kit ablations`
+     passes the batch's other runs: the five ablations' common engine and SFT stages run once);
   4. else execute notebooks/<module>.py (jupytext; an .ipynb where no .py) with papermill into <stage folder>/<id>.ipynb, cell
      output streamed to the terminal. A failing cell stops the chain: the executed notebook keeps
      the traceback, manifest.json says which stage failed and why, and `kit run` exits 1. Run the
@@ -207,7 +209,8 @@ class Runner:
     def __init__(self, recipe: Recipe, run_id: Optional[str] = None, runs_dir: str | Path = "runs",
                  reports_dir: str | Path = "reports", notebooks_dir: Optional[Path] = None,
                  stream: Any = None, progress: bool = False, force: tuple[str, ...] = (),
-                 code_root: Optional[Path] = None, keep: tuple[str, ...] = ()):
+                 code_root: Optional[Path] = None, keep: tuple[str, ...] = (),
+                 share_from: tuple[str | Path, ...] = ()):
         self.recipe = recipe
         self.code_root = Path(code_root).resolve() if code_root else KIT_DIR
         self.run_id = run_id or recipe.name
@@ -225,6 +228,9 @@ class Runner:
             raise ValueError(f"stage(s) {sorted(both)} both forced and kept: choose one")
         self.manifest_path = self.run_dir / "manifest.json"
         self._servers: Optional[Servers] = None
+        # other runs' complete stages by fingerprint (`share_from`): an identical stage here shares their folder
+        self.share_from = [Path(d).resolve() for d in share_from if Path(d).resolve() != self.run_dir]
+        self._foreign: Optional[dict[str, Path]] = None
 
     # -- helpers ------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -252,6 +258,28 @@ class Runner:
         if ps.servers:
             body["servers"] = self._server_tokens(ps, ran.fps)
         return "resume-" + _sha(json.dumps(body, sort_keys=True, default=str))[:16]
+
+    def foreign_stages(self) -> dict[str, Path]:
+        """{fingerprint: folder} of every complete stage (stage.json complete, outputs present) in the
+        `share_from` runs; a stage set aside there (<stage>.replaced-*) is not offered."""
+        if self._foreign is None:
+            self._foreign = {}
+            for run in self.share_from:
+                for sj in sorted(run.rglob("stage.json")):
+                    sdir = sj.parent
+                    if ".replaced-" in str(sdir.relative_to(run)):
+                        continue
+                    fp = (mf.read_json(sj) or {}).get("fingerprint")
+                    if fp and fp not in self._foreign and stage_complete(sdir, fp):
+                        self._foreign[fp] = sdir
+        return self._foreign
+
+    def _where(self, sdir: Path) -> str:
+        """A stage folder as the console names it: relative to this run, or to the runs folder when another run's."""
+        for root in (self.run_dir, self.run_dir.parent):
+            if sdir.is_relative_to(root):
+                return str(sdir.relative_to(root))
+        return str(sdir)
 
     def _fingerprint(self, ps: PlannedStage, params: dict, fps: dict[str, str]) -> str:
         nb = notebook_path(ps.stage, self.notebooks_dir)
@@ -370,8 +398,14 @@ class Runner:
                                  lambda spec: self._servers.model(spec.id))
         fp = self._fingerprint(ps, params, ran.fps)
         sdir = self.stage_dir(ps)
-        if fp in ran.by_fp and ps.key not in self.force:  # an identical stage in another arm already ran
-            sdir = ran.by_fp[fp]
+        other = None
+        if ps.key not in self.force:
+            # an identical stage in another arm already ran, or (share_from) complete in another run while
+            # this run's own folder does not hold it complete
+            other = ran.by_fp.get(fp) or (self.foreign_stages().get(fp) if self.share_from and not
+                                          stage_complete(sdir, fp) and not summarizes_run(ps.stage) else None)
+        if other is not None:
+            sdir = other
             ran.dirs[ps.key], ran.fps[ps.key] = sdir, fp
             info = mf.read_json(sdir / "stage.json") or {}
             entry = book.add(self._entry(ps, fp, params).set(status="shared", shared_with=str(sdir),
@@ -379,7 +413,7 @@ class Runner:
             entry.results(info)
             if info.get("log"):  # launched (accelerate): its log
                 entry.log = info["log"]
-            self.say(f"[kit run] {where} {ps.key}: identical to {sdir.relative_to(self.run_dir)}, shared")
+            self.say(f"[kit run] {where} {ps.key}: identical to {self._where(sdir)}, shared")
             return "shared"
         ran.dirs[ps.key], ran.fps[ps.key], ran.by_fp[fp] = sdir, fp, sdir
         if summarizes_run(ps.stage):
