@@ -340,3 +340,29 @@ def test_a_domain_tool_never_gets_the_generic_schema_wording():
         st = P.scenario_text(other, seed=seed, family="template")
         seen_generic |= "create a task with" in st.reason_for_call.lower()
     assert seen_generic  # the generic wording is still one option where no phrase exists
+
+
+def test_a_write_on_the_reservation_a_booking_made_is_asked_for_in_words_not_json():
+    """Airline's chained tasks (book, then change the new reservation: its id is the booking's result) said
+    "update the new reservation flights with cabin basic_economy and flights [{"flight_number": ...}]" (engine
+    run of 2026-12-05): the second write now has phrases of its own for the new booking, in every family."""
+    from kit.rollout.request import Request, Step
+
+    flights = [{"flight_number": "HAT086", "date": "2024-05-19"}]
+    people = [{"first_name": "Evelyn", "last_name": "Rossi", "dob": "1997-11-08"}]
+    book = {"user_id": "evelyn_rossi_4078", "origin": "BOS", "destination": "MIA", "flight_type": "one_way",
+            "cabin": "business", "flights": flights, "passengers": people, "total_baggages": 1,
+            "nonfree_baggages": 0, "insurance": "no"}
+    later = {"update_reservation_flights": {"cabin": "economy", "flights": flights},
+             "update_reservation_baggages": {"total_baggages": 3, "nonfree_baggages": 1},
+             "update_reservation_passengers": {"passengers": [{"first_name": "Lei", "last_name": "Ahmed",
+                                                               "dob": "1958-05-17"}]}}
+    for tool, stated in later.items():
+        request = Request("t", [Step("book_reservation", book),
+                                Step(tool, stated, from_results=["reservation_id"])])
+        for seed in range(30):
+            for family in ("template", "free_form"):
+                st = P.scenario_text(request, seed=seed, family=family)
+                text = " ".join(x for x in (st.reason_for_call, st.known_info or "") if x)
+                assert "[{" not in text and "update the new reservation" not in text, (tool, text)
+                assert "new booking" in text or "new reservation" in text, (tool, text)

@@ -49,7 +49,11 @@ PHRASES: dict[str, list[tuple[frozenset, list[Callable[[dict], str]]]]] = {
     "update_reservation_baggages": [(frozenset({"reservation_id", "total_baggages", "nonfree_baggages"}), [
         lambda s: f"change the bags on your reservation {s['reservation_id']} to {_bags(s)}",
         lambda s: f"have reservation {s['reservation_id']} carry {_bags(s)}",
-        lambda s: f"add checked luggage to reservation {s['reservation_id']}: {_bags(s)}"])],
+        lambda s: f"add checked luggage to reservation {s['reservation_id']}: {_bags(s)}"]),
+                                    # the reservation a booking earlier in the request made (a chained task)
+                                    (frozenset({"total_baggages", "nonfree_baggages"}), [
+        lambda s: f"change the bags on that new booking to {_bags(s)}",
+        lambda s: f"have the new reservation carry {_bags(s)}"])],
     "book_reservation": [(frozenset({"origin", "destination", "flight_type", "cabin", "flights", "passengers",
                                      "total_baggages", "nonfree_baggages", "insurance"}), [
         lambda s: f"book a {s['flight_type']} from {s['origin']} to {s['destination']} on {_flights(s['flights'])}, "
@@ -62,11 +66,17 @@ PHRASES: dict[str, list[tuple[frozenset, list[Callable[[dict], str]]]]] = {
     "update_reservation_passengers": [(frozenset({"reservation_id", "passengers"}), [
         lambda s: f"change the passenger details on reservation {s['reservation_id']} to {_passengers(s['passengers'])}",
         lambda s: f"fix the traveller names on booking {s['reservation_id']}: {_passengers(s['passengers'])}",
-        lambda s: f"have {_passengers(s['passengers'])} as the passengers of reservation {s['reservation_id']}"])],
+        lambda s: f"have {_passengers(s['passengers'])} as the passengers of reservation {s['reservation_id']}"]),
+                                      (frozenset({"passengers"}), [
+        lambda s: f"change the passengers of the new booking to {_passengers(s['passengers'])}",
+        lambda s: f"have {_passengers(s['passengers'])} as the travellers on that new reservation"])],
     "update_reservation_flights": [(frozenset({"reservation_id", "cabin", "flights"}), [
         lambda s: f"move your reservation {s['reservation_id']} to {_flights(s['flights'])}, in {s['cabin']}",
         lambda s: f"change the flights of booking {s['reservation_id']} to {_flights(s['flights'])} ({s['cabin']} cabin)",
-        lambda s: f"rebook reservation {s['reservation_id']} on {_flights(s['flights'])}, {s['cabin']} class"])],
+        lambda s: f"rebook reservation {s['reservation_id']} on {_flights(s['flights'])}, {s['cabin']} class"]),
+                                   (frozenset({"cabin", "flights"}), [
+        lambda s: f"change the new booking to {_flights(s['flights'])} in {s['cabin']}",
+        lambda s: f"move that new reservation to {s['cabin']} on {_flights(s['flights'])}"])],
     "send_certificate": [(frozenset({"amount"}), [  # the user id: said beside it, as the customer's own id
         lambda s: f"get the ${s['amount']} certificate you were promised",
         lambda s: f"receive a travel certificate of ${s['amount']}"])],
