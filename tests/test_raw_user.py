@@ -1,8 +1,8 @@
 """The user-model ablation's raw user is noisy, not mute: GRPO's groups get nonzero, varying reward against
 a briefly SFT'd user, and none against the untouched model (recipes/ablations/user_model.yaml's raw arm plays
-the SFT user after 4 of its 24 steps; the untouched 135M model states the request in 0 % of openings).
+the SFT user after 8 of its 24 steps; the untouched 135M model states the request in 0 % of openings).
 
-The users are real: the embedded SmolLM2-135M-Instruct, untouched and after the raw arm's 4 SFT steps on
+The users are real: the embedded SmolLM2-135M-Instruct, untouched and after the raw arm's 8 SFT steps on
 engine-made user samples (tests/data/engine_sft_user_mock.jsonl: the first 40 lines of the user-model
 ablation's sft_user.jsonl, 2026-12-04, written by the kit's engine on mock with the embedded model). The agent
 is scripted (`ListeningAgent`, a stand-in for a model in a test about the user): it makes the task's gold calls
@@ -11,8 +11,9 @@ only when the user's opening names every value those calls need that the user kn
 therefore measures the user: a user that states its request gets it done, a mute one gets nothing. Groups are
 collected, scored (kit.verify) and filtered by GRPO's own code (kit.train.grpo_groups.collect_groups).
 Measured when written (6 tasks x G 4, GRPO's default user temperature 1.0): the untouched user stated none of 24
-openings (every group filtered: GRPO skips the step), the 4-step user 2 (two groups with signal); the test draws
-12 tasks so that a user stating 8 % of requests fails it by chance in 1.6 % of seeds (0.92^48)."""
+openings (every group filtered: GRPO skips the step), a 4-step user 2 (two groups with signal); the recipe's
+8-step user states 0.22 of heldout_val openings (0.41 of its RL tasks'). 12 tasks x G 4: a user stating 8 % of
+requests would fail the test by chance in 1.6 % of seeds (0.92^48), one stating 22 % in none that matter."""
 
 from __future__ import annotations
 
@@ -98,14 +99,14 @@ def _groups(dom, tasks, user):
 
 @pytest.fixture(scope="module")
 def noisy_user_folder(tmp_path_factory):
-    """The embedded model after 4 SFT steps (batch 4, lr 1e-4, 1 warm-up step: the raw arm's sft_user_raw) on
+    """The embedded model after 8 SFT steps (batch 4, lr 1e-4, 1 warm-up step: the raw arm's sft_user_raw) on
     engine-made user samples."""
     from kit.llm import ensure_embedded_model
     from kit.train.sft import SFTConfig, run_sft
 
     start = str(ensure_embedded_model())
     out = tmp_path_factory.mktemp("noisy_user") / "model"
-    run_sft(DATA, SFTConfig(model_path=start, output_dir=str(out), train_steps=4, batch_size=4, lr=1e-4,
+    run_sft(DATA, SFTConfig(model_path=start, output_dir=str(out), train_steps=8, batch_size=4, lr=1e-4,
                                     warmup_steps=1, max_seq_len=1024, save_every=0))
     return out
 
