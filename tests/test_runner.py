@@ -514,6 +514,28 @@ def test_a_run_shares_an_identical_complete_stage_of_another_run(tmp_path):
     assert own.skipped[:1] == ["sft_agent"] and own.shared == []  # its own complete copy now
 
 
+
+def test_the_ablations_common_stages_have_one_fingerprint_so_kit_ablations_runs_them_once():
+    """user_model, batch_size and dynamic_filtering share rl-cpu's engine, SFT user and SFT agent; no_validation
+    and no_evolution their referee's engine and SFT user: `kit ablations` shares each from the first run that
+    completed it (share_from). A parameter changed in one recipe alone would split them (and cost ~35 minutes
+    a recipe on 2 cores)."""
+    from kit.runner.execute import Runner
+
+    def fps(name):
+        rec = load_recipe(ROOT / "recipes" / "ablations" / f"{name}.yaml")
+        return Runner(rec, None, "/nonexistent/runs", "/nonexistent/reports").fingerprints()
+
+    rl = {n: fps(n) for n in ("user_model", "batch_size", "dynamic_filtering")}
+    for stage in ("synthesize", "sft_user", "sft_agent"):
+        found = {fp for f in rl.values() for key, fp in f.items() if key.split("/")[-1] == stage}
+        assert len(found) == 1, (stage, found)
+    data = {n: fps(n) for n in ("no_validation", "no_evolution")}
+    for stage in ("synth_referee", "sft_user"):
+        found = {fp for f in data.values() for key, fp in f.items() if key.split("/")[-1] == stage}
+        assert len(found) == 1, (stage, found)
+
+
 # ----- the report --------------------------------------------------------------------------------
 
 

@@ -44,7 +44,12 @@ def module_file(name: str, root: Path = KIT_DIR) -> Path | None:
 def _imports(path: Path) -> set[str]:
     """kit module names imported anywhere in `path` (a `from kit.x import y` names kit.x and, when
     y is a submodule, kit.x.y)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return set(_imports_of(str(path), path.stat().st_mtime_ns))
+
+
+@lru_cache(maxsize=4096)  # one parse per file version: a plan fingerprints every stage over the same closure
+def _imports_of(path: str, mtime_ns: int) -> frozenset[str]:
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -53,7 +58,7 @@ def _imports(path: Path) -> set[str]:
                 (node.module == "kit" or node.module.startswith("kit.")):
             out.add(node.module)
             out |= {f"{node.module}.{a.name}" for a in node.names}
-    return out
+    return frozenset(out)
 
 
 def notebook_imports(source: str) -> set[str]:
@@ -95,7 +100,7 @@ def kit_closure(modules: Iterable[str], root: Path = KIT_DIR) -> dict[str, Path]
     return seen
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=4096)
 def _file_sha(path: str, mtime_ns: int) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

@@ -281,6 +281,17 @@ class Runner:
                 return str(sdir.relative_to(root))
         return str(sdir)
 
+    def fingerprints(self) -> dict[str, str]:
+        """Each planned stage's fingerprint, computed without running anything (what resume and `share_from`
+        compare; a server's model names are not resolved here)."""
+        dirs: dict[str, Path] = {}
+        fps: dict[str, str] = {}
+        kinds = {ps.key: ps.stage for ps in self.recipe.plan}
+        for ps in self.recipe.plan:
+            dirs[ps.key] = self.stage_dir(ps)
+            fps[ps.key] = self._fingerprint(ps, _resolve(ps, dirs, kinds), fps)
+        return fps
+
     def _fingerprint(self, ps: PlannedStage, params: dict, fps: dict[str, str]) -> str:
         nb = notebook_path(ps.stage, self.notebooks_dir)
         text = nb.read_text(encoding="utf-8") if nb.exists() else None
