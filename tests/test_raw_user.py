@@ -23,43 +23,29 @@ from pathlib import Path
 import pytest
 
 from kit.envs import load_domain
-from kit.llm.types import Backend, Completion, SamplingParams, ToolCall
-from kit.replay import gold_actions, gold_final_text
+from kit.llm.types import Completion, SamplingParams
+from kit.replay import gold_actions
 from kit.rollout.fidelity import _norm_value, required_user_values
+from kit.rollout.scripted import ScriptedAgent
 
 GIVE_UP = "I am sorry, I could not tell what you need. ###STOP###"
 N_TASKS, G = 12, 4
 DATA = Path(__file__).parent / "data" / "engine_sft_user_mock.jsonl"
 
 
-def _text(s: str) -> Completion:
-    return Completion(text=s, raw=s, finish_reason="stop")
-
-
-class ListeningAgent(Backend):
-    """Scripted agent bound to one task: gold calls (one per turn) when every needed value is in the user's opening."""
+class ListeningAgent(ScriptedAgent):
+    """kit's scripted gold agent (kit/rollout/scripted.py), bound to one task, that acts only when every needed
+    value is in the user's opening; otherwise it gives up."""
 
     def __init__(self, task, domain):
-        self.task = task
-        self.gold = gold_actions(task)
+        super().__init__(task)
         self.needed = required_user_values(task, domain=domain)
-
-    def generate_batch(self, conversations, tools=None, params=None):
-        n = (params.n if isinstance(params, SamplingParams) else (params or {}).get("n", 1)) or 1
-        return [[self.step(conv)] * n for conv in conversations]
 
     def step(self, conv: list[dict]) -> Completion:
         opening = next((m.get("content") for m in conv if m["role"] == "user" and m.get("content")), "")
-        said = _norm_value(opening)
-        mine = [m for m in conv if m["role"] == "assistant"]
-        made = sum(len(m.get("tool_calls") or []) for m in mine)
-        if all(v in said for v in self.needed):
-            if made < len(self.gold):
-                a = self.gold[made]
-                call = ToolCall(id=f"c{made}", name=a.name, arguments=dict(a.arguments))
-                return Completion(text="", tool_calls=[call], raw=call.model_dump_json(), finish_reason="tool_calls")
-            return _text(gold_final_text(self.task) + " ###STOP###")
-        return _text(GIVE_UP)
+        if all(v in _norm_value(opening) for v in self.needed):
+            return super().step(conv)
+        return Completion(text=GIVE_UP, raw=GIVE_UP, finish_reason="stop")
 
 
 def _tasks(dom) -> list:
@@ -71,7 +57,6 @@ def _tasks(dom) -> list:
 
 def _groups(dom, tasks, user):
     from accelerate import Accelerator
-
     from kit.rollout import RolloutConfig, run_episodes
     from kit.train.grpo_config import GRPOConfig
     from kit.train.grpo_groups import TaskDraws, collect_groups, episode_metrics
@@ -114,8 +99,8 @@ def noisy_user_folder(tmp_path_factory):
 @pytest.mark.slow
 def test_grpo_against_a_briefly_trained_user_gets_nonzero_varying_reward_and_none_against_the_untouched_model(
         noisy_user_folder):
-    from kit.llm import make_backend
     from kit import metrics as M
+    from kit.llm import make_backend
 
     dom = load_domain("mock")
     tasks = _tasks(dom)
