@@ -17,8 +17,9 @@ Rules (PAPER.md's "dialogues that look right often do not execute", made checkab
            meta-text, instructions to a model or assistant-speak, and invents no ids (`known`:
            the text the facts may come from); a scenario field is addressed to the customer
            ("You want ..."), so it has no first-person words.
-Matching is case-insensitive on normalised text (quotes and commas ignored), so 'Buy milk'
-matches "buy milk". A sample with any problem is dropped, never trained on; callers count them.
+Matching is case-insensitive on normalised text (quotes and commas ignored, underscores read as
+spaces), so 'Buy milk' matches "buy milk" and a customer's "basic economy" states the cabin
+'basic_economy'. A sample with any problem is dropped, never trained on; callers count them.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ _META = re.compile(
 
 def norm(text: Any) -> str:
     s = text if isinstance(text, str) else json.dumps(text, default=str)
-    return re.sub(r"\s+", " ", s.lower().replace("'", "").replace('"', "").replace(",", "").replace("`", "")).strip()
+    return re.sub(r"\s+", " ", s.lower().replace("'", "").replace('"', "").replace(",", "").replace("`", "").replace("_", " ")).strip()
 
 
 def contains(haystack: str, value: Any) -> bool:

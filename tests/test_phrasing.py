@@ -366,3 +366,26 @@ def test_a_write_on_the_reservation_a_booking_made_is_asked_for_in_words_not_jso
                 text = " ".join(x for x in (st.reason_for_call, st.known_info or "") if x)
                 assert "[{" not in text and "update the new reservation" not in text, (tool, text)
                 assert "new booking" in text or "new reservation" in text, (tool, text)
+
+
+def test_enumeration_values_are_said_in_words_and_still_count_as_stated():
+    """Airline's requests said "fly round_trip BOS to MIA (business) ... move that new reservation to
+    basic_economy" (engine run of 2026-12-05): a customer says "round trip" and "basic economy". The phrase
+    says the words; grounding reads an underscore as a space, so the value is still stated (and a phrase
+    that drops it is still refused)."""
+    from kit.grounding import contains, norm
+    from kit.rollout.domain_phrases import PHRASES, render
+
+    flights = [{"flight_number": "HAT086", "date": "2024-05-19"}, {"flight_number": "HAT184", "date": "2024-05-20"}]
+    stated = {"origin": "BOS", "destination": "MIA", "flight_type": "round_trip", "cabin": "basic_economy",
+              "flights": flights, "passengers": [{"first_name": "Evelyn", "last_name": "Rossi", "dob": "1997-11-08"}],
+              "total_baggages": 1, "nonfree_baggages": 0, "insurance": "no"}
+    n = len(PHRASES["book_reservation"][0][1])
+    for i in range(n):
+        text = render("book_reservation", stated, lambda options, i=i: options[i])
+        assert text and "_" not in text and "round trip" in text and "basic economy" in text, text
+        assert contains(norm(text), "basic_economy") and contains(norm(text), "round_trip")
+        assert not contains(norm(text), "economy_plus")
+    moved = render("update_reservation_flights", {"cabin": "basic_economy", "flights": flights[:1]},
+                   lambda options: options[-1])
+    assert moved and "basic economy" in moved and "basic_economy" not in moved

@@ -23,6 +23,12 @@ def _passengers(people: Any) -> str:
     return " and ".join(names)
 
 
+def _word(value: Any) -> str:
+    """An enumeration value as a customer says it: 'basic_economy' -> 'basic economy', 'round_trip' ->
+    'round trip' (grounding reads underscores as spaces, so the value still counts as stated)."""
+    return str(value).replace("_", " ")
+
+
 def _flights(flights: Any) -> str:
     rows = flights if isinstance(flights, list) else [flights]
     return " and ".join(f"flight {f.get('flight_number')} on {f.get('date')}" for f in rows if isinstance(f, dict))
@@ -56,12 +62,12 @@ PHRASES: dict[str, list[tuple[frozenset, list[Callable[[dict], str]]]]] = {
         lambda s: f"have the new reservation carry {_bags(s)}"])],
     "book_reservation": [(frozenset({"origin", "destination", "flight_type", "cabin", "flights", "passengers",
                                      "total_baggages", "nonfree_baggages", "insurance"}), [
-        lambda s: f"book a {s['flight_type']} from {s['origin']} to {s['destination']} on {_flights(s['flights'])}, "
-                  f"in {s['cabin']}, for {_passengers(s['passengers'])}, with {_bags(s)}, travel insurance: {s['insurance']}",
-        lambda s: f"fly {s['flight_type']} {s['origin']} to {s['destination']} ({s['cabin']}) on {_flights(s['flights'])}: "
+        lambda s: f"book a {_word(s['flight_type'])} from {s['origin']} to {s['destination']} on {_flights(s['flights'])}, "
+                  f"in {_word(s['cabin'])}, for {_passengers(s['passengers'])}, with {_bags(s)}, travel insurance: {s['insurance']}",
+        lambda s: f"fly {_word(s['flight_type'])} {s['origin']} to {s['destination']} ({_word(s['cabin'])}) on {_flights(s['flights'])}: "
                   f"a booking for {_passengers(s['passengers'])}, {_bags(s)}, insurance {s['insurance']}",
-        lambda s: f"make a new {s['flight_type']} reservation, {s['origin']} to {s['destination']}, on "
-                  f"{_flights(s['flights'])} in {s['cabin']} for {_passengers(s['passengers'])}; "
+        lambda s: f"make a new {_word(s['flight_type'])} reservation, {s['origin']} to {s['destination']}, on "
+                  f"{_flights(s['flights'])} in {_word(s['cabin'])} for {_passengers(s['passengers'])}; "
                   f"{_bags(s)}; insurance {s['insurance']}"])],
     "update_reservation_passengers": [(frozenset({"reservation_id", "passengers"}), [
         lambda s: f"change the passenger details on reservation {s['reservation_id']} to {_passengers(s['passengers'])}",
@@ -71,12 +77,12 @@ PHRASES: dict[str, list[tuple[frozenset, list[Callable[[dict], str]]]]] = {
         lambda s: f"change the passengers of the new booking to {_passengers(s['passengers'])}",
         lambda s: f"have {_passengers(s['passengers'])} as the travellers on that new reservation"])],
     "update_reservation_flights": [(frozenset({"reservation_id", "cabin", "flights"}), [
-        lambda s: f"move your reservation {s['reservation_id']} to {_flights(s['flights'])}, in {s['cabin']}",
-        lambda s: f"change the flights of booking {s['reservation_id']} to {_flights(s['flights'])} ({s['cabin']} cabin)",
-        lambda s: f"rebook reservation {s['reservation_id']} on {_flights(s['flights'])}, {s['cabin']} class"]),
+        lambda s: f"move your reservation {s['reservation_id']} to {_flights(s['flights'])}, in {_word(s['cabin'])}",
+        lambda s: f"change the flights of booking {s['reservation_id']} to {_flights(s['flights'])} ({_word(s['cabin'])} cabin)",
+        lambda s: f"rebook reservation {s['reservation_id']} on {_flights(s['flights'])}, {_word(s['cabin'])} class"]),
                                    (frozenset({"cabin", "flights"}), [
-        lambda s: f"change the new booking to {_flights(s['flights'])} in {s['cabin']}",
-        lambda s: f"move that new reservation to {s['cabin']} on {_flights(s['flights'])}"])],
+        lambda s: f"change the new booking to {_flights(s['flights'])} in {_word(s['cabin'])}",
+        lambda s: f"move that new reservation to {_word(s['cabin'])} on {_flights(s['flights'])}"])],
     "send_certificate": [(frozenset({"amount"}), [  # the user id: said beside it, as the customer's own id
         lambda s: f"get the ${s['amount']} certificate you were promised",
         lambda s: f"receive a travel certificate of ${s['amount']}"])],
@@ -127,8 +133,8 @@ def render(tool: str, stated: dict, pick: Callable[[list], Any]) -> Optional[str
         if keys != frozenset(stated):
             continue
         text = pick(options)(stated)
-        low = text.lower()
-        if all(leaf.lower() in low for v in stated.values() for leaf in _leaves(v, set())):
+        low = text.lower().replace("_", " ")
+        if all(leaf.lower().replace("_", " ") in low for v in stated.values() for leaf in _leaves(v, set())):
             return text
     return None
 
