@@ -328,6 +328,30 @@ def test_meta_planner_and_reflector_cap_the_share_of_read_only_plans():
     assert sum(p.slice.intent == "lookup" for p in new) <= 4
 
 
+def test_the_meta_planner_offers_the_least_used_dialogue_edges():
+    """The 135M planner picked facts_on_request for 24 of 24 airline plans and none of 24 retail plans (engine
+    runs of 2026-12-05); the edges are now offered least used first, so any model gives every edge its share."""
+    from collections import Counter
+
+    from kit.engine.choice import Chooser
+    from kit.engine.plans import EDGES, meta_plan
+    from kit.engine.prompts import Prompts
+
+    class FirstOption:  # a fake model (this test is about what the planner offers, not the model): option 0
+        caps = type("Caps", (), {"scores": True})()
+
+        def score_options(self, messages, options):
+            return [0.0] + [-50.0] * (len(options) - 1)
+
+        def chat(self, messages, params=None):
+            return [type("Completion", (), {"text": "plan text " + str(len(messages[-1]["content"])), "raw": ""})()]
+
+    plans, _ = meta_plan(load_domain("retail"), 7, Chooser(FirstOption(), temperature=0.0, seed=0), Prompts(),
+                         max_similarity=1.0)
+    edges = Counter(p.slice.edge for p in plans)
+    assert set(edges) == set(EDGES) and max(edges.values()) - min(edges.values()) <= 1, edges
+
+
 def test_old_rejection_records_load_typed_and_count_as_before():
     """proposals.jsonl of an older run: a synthesis reason's detail led with its cause
     ("write_failed: ..."); it is parsed once, at Rejection.from_json, into the cause and the detail."""

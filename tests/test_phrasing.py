@@ -68,7 +68,8 @@ def test_every_sampled_phrasing_carries_its_values_and_passes_grounding_and_the_
         for req, labels, writes in _requests(i):
             text = P.scenario_text(req, seed="scenario", labels=labels, ask_for_id=ask_for_id)
             families.add(text.phrasing)
-            withheld = {str(s.stated[k]) for s in req.steps for k in text.ask_for if k in s.stated}
+            withheld = {str(s.stated[k]) for s in req.steps for k in text.ask_for if k in s.stated} | \
+                {str(req.identity[k]) for k in text.ask_for if k in req.identity}  # who they are, when they have no id
             scenario = f"{text.reason_for_call} {text.known_info or ''} {text.task_instructions}"
             known_text = " ".join(str(v) for v in req.values()) + " " + " ".join(labels.values()) + " " + req.text()
             # the fidelity gate the synthesizer applies to model prose passes the bank's own fields
@@ -84,7 +85,8 @@ def test_every_sampled_phrasing_carries_its_values_and_passes_grounding_and_the_
             for v in req.values():
                 assert contains(norm(opening), v) == (str(v) not in withheld), (v, opening)
             assert all(contains(norm(text.known_info), v) for v in withheld)
-            assert bool(text.ask_for) == (ask_for_id and any(k == "user_id" for s in req.steps for k in s.stated))
+            assert bool(text.ask_for) == (ask_for_id and (any(k == "user_id" for s in req.steps for k in s.stated)
+                                                          or bool(req.identity)))
             # the user's turns keep to the scenario; the gold calls are grounded in the dialogue
             view = [{"role": "system", "content": scenario}, {"role": "user", "content": "Hi! How can I help you today?"}]
             assert user_turn_problems(view + [{"role": "assistant", "content": opening}]) == [], opening
@@ -216,6 +218,32 @@ def test_facts_on_request_tasks_withhold_the_user_id_until_the_agent_asks():
         assert "until the agent asks" in task.user_scenario.instructions.task_instructions or \
             "when the agent asks" in task.user_scenario.instructions.task_instructions
         assert scenario_opening(dom, task, "gold") == users[0]  # the same opening every time it is built
+
+
+def test_a_customer_with_no_id_of_their_own_says_who_they_are_when_asked():
+    """Retail's customer is found by email (or name and zip), not by an id they hold: a facts_on_request plan
+    had nothing to withhold, so every retail dialogue (51 of 51 in the engine run of 2026-12-05) opened with the
+    email and the agent called find_user_id_by_email at once; on tau2's test split the SFT agent then invented
+    emails. Now that customer withholds who they are until the agent asks, as the owner's id is withheld."""
+    dom = load_domain("retail")
+    for task in _proposals(dom, ["cancel_pending_order"], "change", EDGES[1], n=3):
+        traj = gold_trajectory(dom, task)
+        first = next(c for m in traj.messages if m.role == "assistant" for c in m.tool_calls or [])
+        assert first.name in ("find_user_id_by_email", "find_user_id_by_name_zip"), first
+        said = [str(v) for v in first.arguments.values()]
+        users = [m.content for m in traj.messages if m.role == "user"]
+        assert not any(v in users[0] for v in said) and all(v in users[1] for v in said), users[:2]
+        asked = traj.messages[traj.messages.index(next(m for m in traj.messages if m.content == users[1])) - 1]
+        assert asked.role == "assistant" and not asked.tool_calls and "?" in asked.content
+        assert _grounded(traj) and verify(dom, task, traj).reward == 1.0
+        assert "when the agent asks" in task.user_scenario.instructions.task_instructions or \
+            "until the agent asks" in task.user_scenario.instructions.task_instructions
+    # without the edge the first message says who they are, as before
+    for task in _proposals(dom, ["cancel_pending_order"], "change", EDGES[0], n=2):
+        traj = gold_trajectory(dom, task)
+        first = next(c for m in traj.messages if m.role == "assistant" for c in m.tool_calls or [])
+        opening = next(m.content for m in traj.messages if m.role == "user")
+        assert all(str(v) in opening for v in first.arguments.values()), opening
 
 
 def test_task_tags_survive_the_task_files_and_read_none_where_absent():

@@ -28,6 +28,7 @@ import itertools
 import json
 import random
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -242,8 +243,12 @@ def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_si
         intent, tools = fresh[pi]
         persona = PERSONAS[chooser.choose(prompts.render("meta_planner", **base, slice="the customer persona"),
                                           PERSONAS, what="plan persona")]
-        edge = EDGES[chooser.choose(prompts.render("meta_planner", **base, slice="the dialogue edge"),
-                                    EDGES, what="plan edge")]
+        # the least used dialogue edges are offered (the 135M model alone gave airline 24 of 24 and telecom 40 of 40
+        # plans facts_on_request and retail none: retail's agent never learned to ask who the customer is)
+        edge_use = Counter(p.slice.edge for p in plans)
+        edges = [e for e in EDGES if edge_use[e] == min(edge_use[x] for x in EDGES)]
+        edge = edges[chooser.choose(prompts.render("meta_planner", **base, slice="the dialogue edge"),
+                                    edges, what="plan edge")]
         sl = Slice(intent=intent, tools=list(tools), persona=persona, edge=edge)
         synthesis, evaluation = write_plan_texts(chooser, prompts, sl)
         cand = PlanPair(id=f"plan{len(plans)}", slice=sl, synthesis=synthesis, evaluation=evaluation)

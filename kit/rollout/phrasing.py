@@ -21,7 +21,7 @@ What it varies (every choice is drawn from the task's id and `seed`, so a run is
               frames ("You want to ...", "Your goal is to ...", "You need the agent to ..."), task
               instructions, and around the opening a greeting, a lead-in and a sign-off
   lookups     a customer who names themself ("Your name is Maya Okafor") instead of giving an id: the
-              agent must look the id up (`Request.identity`)
+              agent must look the id up (`Request.identity`); for facts_on_request they say it when asked
 A tool the bank has no entry for is asked for in the generic words of kit/rollout/request.py.
 
 Rules every phrasing keeps (tests/test_phrasing.py checks each one): it names every value the gold writes
@@ -266,7 +266,8 @@ def scenario_text(request: "Request", seed: Any = None, labels: Optional[dict] =
     """The scenario of `request` in one of the bank's phrasings (drawn from the task id and `seed`).
 
     labels: value -> a human label of the record it names (a task id -> its title), said beside it.
-    ask_for_id: the customer withholds their own id (user_id) until the agent asks (facts_on_request).
+    ask_for_id: the customer withholds their own id (user_id) until the agent asks (facts_on_request); one
+        with no id of their own (request.identity: retail's email, a name and zip) withholds who they are.
     family: force "template" or "free_form" (default: drawn)."""
     labels = labels or {}
     pick = _Pick(request.task_id, "scenario", seed)
@@ -304,9 +305,12 @@ def scenario_text(request: "Request", seed: Any = None, labels: Optional[dict] =
             else:
                 {"before": before, "after": after, "known": known}[where].append(_side_fact(pick, key, v))
         vps.append(vp)
-    if request.identity:  # said in the request itself: the first message must carry it
+    if request.identity:  # who the customer is (the agent looks the id up by it)
         inline, fact = _identity(pick, request.identity, inline_ok=True)
-        if inline and pick.coin(0.3):
+        if ask_for_id and not withholding:  # no id of their own: they say who they are when the agent asks
+            known.append(fact)
+            ask_for.extend(request.identity)
+        elif inline and pick.coin(0.3):
             vps[0] += inline
         else:
             (before if pick.coin() else after).append(fact)
