@@ -100,6 +100,23 @@ def test_evaluation_resumes_from_finished_episodes(tmp_path):
     assert len(res.episodes) == 3 and res.meta["model"] == "embedded" and res.meta["tau2_version"]
 
 
+def test_a_limited_evaluation_says_how_much_of_its_split_it_ran(tmp_path):
+    """The domain runs of 2026-12-05 evaluated the first 10 of retail's 40 test tasks; the results page said
+    "test". The evaluation records the split's size, and the page says "test (1 of 9)"."""
+    from kit.envs import load_domain
+    from kit.report.build import tasks_text
+    from kit.rollout import ScriptedAgent, ScriptedUser
+
+    dom = load_domain("mock")
+    task = dom.tasks("default")[0]
+    res = evaluate(EvalConfig(domain="mock", limit=1, out_dir=str(tmp_path / "ev")),
+                   agent=ScriptedAgent(task), user=ScriptedUser(task), progress=False)
+    n = len(dom.tasks("default"))
+    assert res.meta["tasks"] == 1 and res.meta["tasks_available"] == n > 1
+    assert tasks_text(res.meta) == f"default (1 of {n})"
+    assert tasks_text({"split": "heldout_test", "tasks": 189}) == "heldout_test (189)"  # an older eval.json
+
+
 def test_more_than_one_trial_must_sample():
     """Greedy trials are copies of one another: trials > 1 at temperature 0 is refused where the knobs are
     read (a recipe, `kit eval`, the evaluate stage), naming the field and the fix."""

@@ -108,6 +108,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
 
     dom = load_domain(cfg.domain)
     tasks = load_tasks_file(cfg.tasks_file) if cfg.tasks_file else dom.tasks(cfg.split)
+    available = len(tasks)  # before `limit`: the page says "test (10 of 40)", not "test"
     if cfg.limit:
         tasks = tasks[: cfg.limit]
     if not tasks:
@@ -185,7 +186,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     meta = {
         "protocol": "kit", "model": cfg.model, "user_model": cfg.user_model, "temperature": cfg.temperature,
         "user_temperature": cfg.user_temperature, "trials": cfg.trials, "tasks": len(tasks),
-        "max_messages": cfg.max_messages, "max_new_tokens": cfg.max_new_tokens,
+        "tasks_available": available, "max_messages": cfg.max_messages, "max_new_tokens": cfg.max_new_tokens,
         "user_max_new_tokens": cfg.user_max_new_tokens,
         "tau2_version": TAU2_VERSION, "domain": cfg.domain, "split": cfg.split, "tasks_file": cfg.tasks_file,
         "wall_s": round(time.perf_counter() - t0, 1),

@@ -172,11 +172,21 @@ def _ci_text(ci95: Any) -> Optional[str]:
     return f"[{lo:.3f}, {hi:.3f}]"
 
 
+def tasks_text(meta: dict) -> Optional[str]:
+    """Which tasks and how many: "test (10 of 40)" when a limit cut the split, "heldout_test (189)" when not
+    (older eval.json files, without tasks_available, give the count alone)."""
+    where = meta.get("split") or meta.get("tasks_file")
+    n, total = meta.get("tasks"), meta.get("tasks_available")
+    if n is None:
+        return where
+    return f"{where} ({n} of {total})" if total is not None and total != n else f"{where} ({n})"
+
+
 def protocol_columns(meta: dict) -> dict:
     """An evaluation's protocol measures (kit.eval.runner meta): pass^1 interval over tasks, how often the
     user's first message stated the request, how often episodes ended by a stop, train/test overlap."""
     leak = meta.get("leak") or {}
-    return {"protocol": meta.get("protocol", "kit"), "tasks": meta.get("split") or meta.get("tasks_file"),
+    return {"protocol": meta.get("protocol", "kit"), "tasks": tasks_text(meta),
             M.label(M.PASS1_CI95): _ci_text(meta.get(M.PASS1_CI95)),
             M.label(M.REQUEST_STATED_RATE): meta.get(M.REQUEST_STATED_RATE),
             M.label(M.PROPER_END_RATE): meta.get(M.PROPER_END_RATE),
