@@ -246,7 +246,8 @@ def meta_plan(domain: Domain, n: int, chooser: Chooser, prompts: Prompts, max_si
         # the least used dialogue edges are offered (the 135M model alone gave airline 24 of 24 and telecom 40 of 40
         # plans facts_on_request and retail none: retail's agent never learned to ask who the customer is)
         edge_use = Counter(p.slice.edge for p in plans)
-        edges = [e for e in EDGES if edge_use[e] == min(edge_use[x] for x in EDGES)]
+        least_edge = min(edge_use[e] for e in EDGES)
+        edges = [e for e in EDGES if edge_use[e] == least_edge]
         edge = edges[chooser.choose(prompts.render("meta_planner", **base, slice="the dialogue edge"),
                                     edges, what="plan edge")]
         sl = Slice(intent=intent, tools=list(tools), persona=persona, edge=edge)

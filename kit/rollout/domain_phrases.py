@@ -127,14 +127,15 @@ PHRASES: dict[str, list[tuple[frozenset, list[Callable[[dict], str]]]]] = {
 def render(tool: str, stated: dict, pick: Callable[[list], Any]) -> Optional[str]:
     """A verb phrase for `tool` stating every value of `stated` (owner ids excluded by the caller), or None
     when the tool has no phrase for these arguments or a drawn phrase would leave a value unsaid."""
+    from kit.grounding import contains, norm  # the grounding check's own matching (underscores read as spaces)
     from kit.rollout.request import _leaves  # every scalar of a value, as text
 
     for keys, options in PHRASES.get(tool, []):
         if keys != frozenset(stated):
             continue
         text = pick(options)(stated)
-        low = text.lower().replace("_", " ")
-        if all(leaf.lower().replace("_", " ") in low for v in stated.values() for leaf in _leaves(v, set())):
+        said = norm(text)
+        if all(contains(said, leaf) for v in stated.values() for leaf in _leaves(v, set())):
             return text
     return None
 
