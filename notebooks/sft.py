@@ -34,6 +34,7 @@ fallback = 'gold'  # No engine samples: train on the domain's gold dialogues (sa
 gold_split = 'train'  # Split whose gold dialogues the fallback uses; a domain without it (mock) uses its default set (flagged).
 gold_limit = None  # Use at most this many gold tasks.
 max_samples = None  # Use at most this many samples.
+max_tasks = None  # Engine data: the samples of at most this many tasks, the first in the data's order (arms compared at the same task count: the no_validation ablation).
 lora = False  # Train LoRA adapters (PEFT) instead of all weights; they are merged into the saved weights.
 lora_r = 16  # LoRA rank.
 lora_alpha = 32  # LoRA scaling numerator (the update is scaled by alpha / r).

@@ -32,6 +32,7 @@ from kit.train.sft_data import (
     load_sft_dataset,
     read_samples,
     read_trajectories,
+    write_samples,
     write_sft_jsonl,
 )
 from kit.trajectory import BadLine, Message, ToolCall, Trajectory
@@ -297,3 +298,20 @@ def test_completion_loss_matches_the_plain_forward_pass(model_path):
     assert plain == pytest.approx(reference.item(), rel=1e-5) and shared == pytest.approx(plain, rel=1e-5)
     for name, grad in g_plain.items():
         assert torch.allclose(g_shared[name], grad, rtol=1e-3, atol=1e-3 * float(grad.abs().max()) + 1e-8), name
+
+
+def test_max_tasks_keeps_every_sample_of_the_first_tasks_and_no_other(mock_samples, tmp_path):
+    """Arms compared at one task count (the no_validation ablation): sft_agent's `max_tasks` keeps the
+    engine samples of the first n tasks in the file's order, all of each task's turns, none of a later task."""
+    from kit.stages.sft import Config, training_samples
+
+    agent, _ = mock_samples
+    write_samples(agent, tmp_path / "sft_agent.jsonl")
+    order = list(dict.fromkeys(s.task_id for s in agent))
+    assert len(order) >= 3
+    kept, source = training_samples(Config(domain="mock", data=str(tmp_path), max_tasks=2), "agent", st=None)
+    assert source == "engine"
+    assert [s.task_id for s in kept] == [s.task_id for s in agent if s.task_id in order[:2]]
+    assert {s.task_id for s in kept} == set(order[:2])
+    everything, _ = training_samples(Config(domain="mock", data=str(tmp_path)), "agent", st=None)
+    assert len(everything) == len(agent) > len(kept)

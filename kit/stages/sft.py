@@ -54,6 +54,9 @@ class Config(ModelStageConfig, SFTKnobs):
                                       "uses; a domain without it (mock) uses its default set (flagged).")
     gold_limit: Optional[int] = Field(default=None, ge=1, description="Use at most this many gold tasks.")
     max_samples: Optional[int] = Field(default=None, ge=1, description="Use at most this many samples.")
+    max_tasks: Optional[int] = Field(default=None, ge=1, description="Engine data: the samples of at most this "
+                                     "many tasks, the first in the data's order (arms compared at the same task "
+                                     "count: the no_validation ablation).")
 
 
 class Outputs(StageOutputs):
@@ -74,6 +77,15 @@ class Outputs(StageOutputs):
         return read_json(self.files["loss_curve"]) or []
 
 
+def first_tasks(samples: list, n: int) -> list:
+    """The samples of the first `n` distinct tasks, in the order the samples come."""
+    keep: list[str] = []
+    for s in samples:
+        if s.task_id not in keep and len(keep) < n:
+            keep.append(s.task_id)
+    return [s for s in samples if s.task_id in keep]
+
+
 def training_samples(config: Config, role: str, st) -> tuple[list, str]:
     """(samples, where they came from): the engine's sft_<role>.jsonl, else the gold dialogues."""
     from transformers import AutoTokenizer
@@ -90,6 +102,10 @@ def training_samples(config: Config, role: str, st) -> tuple[list, str]:
         samples = read_samples(engine_file) if engine_file.exists() else []
         data_source = "engine"
         print(f"{len(samples)} {role} samples from the engine ({engine_file})")
+        if config.max_tasks and samples:
+            samples = first_tasks(samples, config.max_tasks)
+            print(f"max_tasks {config.max_tasks}: {len(samples)} samples of "
+                  f"{len({s.task_id for s in samples})} tasks kept")
     if not samples:
         if source != "gold" and config.fallback == "fail":
             raise RuntimeError(f"the engine produced no {role} SFT samples in {source} and fallback is 'fail'")
