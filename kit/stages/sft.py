@@ -79,10 +79,7 @@ class Outputs(StageOutputs):
 
 def first_tasks(samples: list, n: int) -> list:
     """The samples of the first `n` distinct tasks, in the order the samples come."""
-    keep: list[str] = []
-    for s in samples:
-        if s.task_id not in keep and len(keep) < n:
-            keep.append(s.task_id)
+    keep = set(list(dict.fromkeys(s.task_id for s in samples))[:n])
     return [s for s in samples if s.task_id in keep]
 
 
