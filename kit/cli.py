@@ -440,7 +440,10 @@ def _cmd_ablations(args: argparse.Namespace) -> int:
             return 130
     runs = [Path(args.runs_dir) / r.name for r in recipes if (Path(args.runs_dir) / r.name / "manifest.json").exists()]
     page = ablations_page(runs, Path(args.reports_dir) / "ablations", status=status, n_boot=args.bootstrap)
-    print(f"[kit ablations] page: {page} ({len(runs)} of {len(recipes)} runs{f', {failed} failed' if failed else ''})")
+    carried = sorted(p.stem for p in (page.parent / "rows").glob("*.json") if p.stem not in {r.name for r in runs})
+    print(f"[kit ablations] page: {page} ({len(runs)} of {len(recipes)} runs from their folders"
+          + (f", {len(carried)} from saved rows ({', '.join(carried)})" if carried else "")
+          + (f", {failed} failed" if failed else "") + ")")
     return 1 if failed else 0
 
 

@@ -177,3 +177,34 @@ def test_each_arm_shows_its_pass_rate_where_the_referee_stated_the_request_and_w
     assert rows.loc["SFT", "pass^1, request not stated"] == "0.100 (40)"
     assert rows.loc["RL", "pass^1, request stated"] == "0.300 (40)"
     assert rows.loc["RL", "pass^1, request not stated"] == "0.125 (40)"
+
+
+def test_a_later_page_carries_the_saved_rows_of_runs_it_was_not_given(tmp_path):
+    """The batch in parts: a page saves each run's rows beside itself; a page built later over another run
+    folder (the first run's folder gone, as on a fresh machine) still shows the first run's arms, labelled as
+    saved rows; a run folder given again supersedes its saved rows; a broken saved file is named."""
+    import json
+    import shutil
+
+    a = [({"name": "full", "label": "full engine", "paper": 56.0}, _rewards(set(range(30))), "u"),
+         ({"name": "no_validation", "label": "w/o validation", "paper": 50.0}, _rewards(set(range(12))), "u")]
+    b = [({"name": "filtered", "label": "filtered", "paper": 70.5}, _rewards(set(range(10))), "u"),
+         ({"name": "unfiltered", "label": "unfiltered", "paper": 65.0}, _rewards(set(range(11))), "u")]
+    run_a = fake_ablation_run(tmp_path / "one", "ablation-no-validation", a)
+    run_b = fake_ablation_run(tmp_path / "two", "ablation-dynamic-filtering", b)
+    reports = tmp_path / "reports" / "ablations"
+    ablations_page([run_a], reports, n_boot=200)
+    saved = json.loads((reports / "rows" / "ablation-no-validation.json").read_text())
+    assert saved["run_dir"] == str(run_a) and [r["arm"] for r in saved["rows"]] == ["full engine", "w/o validation"]
+    shutil.rmtree(tmp_path / "one")                      # the first machine's run folder is gone
+    text = ablations_page([run_b], reports, n_boot=200).read_text()
+    assert "w/o validation" in text and "unfiltered" in text and "1 carried from saved rows" in text
+    assert text.index("ablation-no-validation") < text.index("ablation-dynamic-filtering")  # the paper's order
+    assert f"saved {saved['saved']}" in text             # the summary row says where it came from
+    # given again (here: rerun elsewhere), a run folder supersedes its saved rows
+    run_a2 = fake_ablation_run(tmp_path / "three", "ablation-no-validation", a[:1])
+    text = ablations_page([run_a2, run_b], reports, n_boot=200).read_text()
+    assert "w/o validation" not in text and "carried" not in text
+    (reports / "rows" / "ablation-user-model.json").write_text("{not json")
+    with pytest.raises(ValueError, match="ablation-user-model.json: not a saved ablation run"):
+        ablations_page([run_b], reports, n_boot=200)

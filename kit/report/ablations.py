@@ -27,12 +27,19 @@ Per ablation run (a recipe with `arms:`), one table, one row per arm (its last e
     the observed per-task sd: kit.eval.paired.tasks_needed): what a direction not reproduced asks for.
 A summary table on top lists every non-reference arm's verdict, so the page answers "which of the
 paper's directions did this batch reproduce" in one place.
+
+The batch may run in parts, on different machines (each recipe is one to two hours on 2 cores): every page
+saves each run's rows beside itself (`rows/<run name>.json`: the recipe's spec, the rows, the warnings, the
+run folder and when), and a later page over other run folders carries the saved rows of the runs it was
+not given, labelled as such (`saved_sections`). A run folder given supersedes its saved rows.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import math
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -43,6 +50,9 @@ from kit.eval.paired import ALPHA, tasks_needed
 from kit.report.run_data import Section, collect, run_folder
 
 BASE_WORDS = ("base",)
+# the recipes' run names in the paper's order (kit ablations runs them in it; the page lists them in it)
+PAPER_ORDER = ("ablation-no-validation", "ablation-no-evolution", "ablation-user-model", "ablation-batch-size",
+               "ablation-dynamic-filtering")
 
 
 def default_reference(arms: list[dict]) -> Optional[str]:
@@ -205,36 +215,82 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
     return spec, pd.DataFrame(rows), warnings
 
 
+def save_rows(report_dir: str | Path, run_dir: str | Path, spec: dict, df: pd.DataFrame, warnings: list[str]) -> Path:
+    """`report_dir/rows/<run name>.json`: what a later page needs to show this run without its folder."""
+    out = Path(report_dir) / "rows"
+    out.mkdir(parents=True, exist_ok=True)
+    keep = {k: spec.get(k) for k in ("name", "description", "comparison", "arms")}
+    doc = {"run_dir": str(run_dir), "saved": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "spec": keep,
+           "rows": json.loads(df.to_json(orient="records", force_ascii=False)), "warnings": warnings}
+    path = out / f"{spec.get('name') or Path(run_dir).name}.json"
+    path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def saved_sections(report_dir: str | Path, skip: set[str]) -> list[tuple[dict, pd.DataFrame, list[str], dict]]:
+    """The runs saved beside an earlier page (`save_rows`) whose name is not in `skip`: (spec, rows,
+    warnings, {run_dir, saved, recovered_from?}) each, by name. A file that does not parse is named."""
+    found = []
+    for path in sorted((Path(report_dir) / "rows").glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+            spec, rows = doc["spec"], pd.DataFrame(doc["rows"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}: not a saved ablation run ({e}); delete it or regenerate its page") from None
+        if (spec.get("name") or path.stem) in skip:
+            continue
+        found.append((spec, rows, list(doc.get("warnings") or []),
+                      {k: doc.get(k) for k in ("run_dir", "saved", "recovered_from")}))
+    return found
+
+
 def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: str = "Ablations",
-                   n_boot: int = 2000, ci: float = 0.95, status: Optional[dict] = None) -> Path:
+                   n_boot: int = 2000, ci: float = 0.95, status: Optional[dict] = None,
+                   carry_saved: bool = True) -> Path:
     """index.html in `report_dir`: the summary of verdicts, then one section per ablation run. `status`:
-    {run folder name: what happened to it in this batch}, shown beside it (a failed or unfinished run)."""
+    {run folder name: what happened to it in this batch}, shown beside it (a failed or unfinished run).
+    Each run's rows are saved beside the page; with `carry_saved`, the saved rows of runs not in `run_dirs`
+    are shown too, each labelled with its run folder and when it was saved."""
     from kit.report.build import render_html
 
     out = Path(report_dir)
     out.mkdir(parents=True, exist_ok=True)
-    sections, summary = [], []
+    built = []
     for d in run_dirs:
         run = run_folder(d)
         spec, df, warnings = ablation_rows(run, n_boot, ci)
+        save_rows(out, run, spec, df, warnings)
+        origin = (f"run folder <code>{html.escape(str(run))}</code>"
+                  + (f"; this batch: {html.escape(str((status or {}).get(run.name)))}" if (status or {}).get(run.name)
+                     else ""))
+        built.append((spec, df, warnings, origin, "run folder"))
+    if carry_saved:
+        for spec, df, warnings, src in saved_sections(out, {b[0].get("name") for b in built}):
+            origin = (f"saved rows of {html.escape(str(src.get('saved')))} (run folder "
+                      f"<code>{html.escape(str(src.get('run_dir')))}</code> is not part of this batch)"
+                      + (f"; {html.escape(str(src['recovered_from']))}" if src.get("recovered_from") else ""))
+            built.append((spec, df, warnings, origin, f"saved {src.get('saved')}"))
+    order = {name: i for i, name in enumerate(PAPER_ORDER)}
+    built.sort(key=lambda b: order.get(b[0].get("name"), len(order)))
+    sections, summary = [], []
+    for spec, df, warnings, origin, source in built:
         comp = spec.get("comparison") or {}
-        sec = Section(f"{spec.get('name', run.name)}")
+        sec = Section(f"{spec.get('name')}")
         sec.text(html.escape(spec.get("description") or ""))
-        sec.text(f"run folder <code>{html.escape(str(run))}</code>"
-                 + (f"; this batch: {html.escape(str((status or {}).get(run.name)))}" if (status or {}).get(run.name)
-                    else "")
-                 + f". Paper: {html.escape(comp.get('paper_metric') or '')} ({html.escape(comp.get('paper_source') or '')}).")
+        sec.text(origin + f". Paper: {html.escape(comp.get('paper_metric') or '')} "
+                          f"({html.escape(comp.get('paper_source') or '')}).")
         if comp.get("note"):
             sec.text(html.escape(comp["note"]))
         for w in warnings:
             sec.items.append(("warn", w))
         if len(df):
             sec.table(df)
-            for _, r in df[~df["reference"]].iterrows():
-                summary.append({"ablation": spec.get("name", run.name), "arm": r["arm"],
+            for _, r in df[~df["reference"].astype(bool)].iterrows():
+                summary.append({"ablation": spec.get("name"), "arm": r["arm"],
                                 "paper Δ (points)": r.get("paper Δ (points)"), "ours Δ": r.get("Δ vs reference"),
                                 "Δ CI": r.get("Δ CI"), "p": r.get("p"), "MDE": r.get("MDE"),
-                                "tasks this Δ needs": r.get("tasks this Δ needs"), "verdict": r["verdict"]})
+                                "tasks this Δ needs": r.get("tasks this Δ needs"), "verdict": r["verdict"],
+                                "from": source})
         else:
             sec.text("No arms: not an ablation recipe.")
         sections.append(sec)
@@ -243,6 +299,10 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
              f"its {int(ci * 100)}% paired bootstrap interval, the sign-flip p-value and the minimum detectable "
              "difference (alpha 0.05, power 0.8) at that task count (kit/eval/paired.py). <i>reproduced</i>: the "
              "paper's sign and an interval that excludes 0. The paper's numbers are Qwen3 on 64+ H200s; ours this "
-             "batch's models and sizes: compare directions, not levels.")
+             "batch's models and sizes: compare directions, not levels. <i>from</i>: this page's run folders, or "
+             "the rows an earlier page saved (rows/*.json) for a run whose folder is not here.")
     top.table(pd.DataFrame(summary) if summary else pd.DataFrame([{"verdict": "no arm evaluated yet"}]))
-    return render_html(title, [top, *sections], out, f"{len(run_dirs)} ablation runs · generated by kit ablations")
+    n_saved = sum(1 for b in built if b[4] != "run folder")
+    return render_html(title, [top, *sections], out,
+                       f"{len(run_dirs)} ablation runs" + (f" and {n_saved} carried from saved rows" if n_saved else "")
+                       + " · generated by kit ablations")
