@@ -208,3 +208,23 @@ def test_a_later_page_carries_the_saved_rows_of_runs_it_was_not_given(tmp_path):
     (reports / "rows" / "ablation-user-model.json").write_text("{not json")
     with pytest.raises(ValueError, match="ablation-user-model.json: not a saved ablation run"):
         ablations_page([run_b], reports, n_boot=200)
+
+
+def test_the_papers_8x64_arm_is_one_stage_in_the_batch_size_and_filtering_recipes(tmp_path):
+    """The paper's 8x64 run stands in both its batch row and its filtering row; the kit's CPU analogue (4x4,
+    filtered) is the same GRPO and evaluation stage in both recipes (same fingerprint), so `kit ablations`
+    runs it once, and both recipes share their engine and SFT stages."""
+    from pathlib import Path
+
+    from kit.runner import load_recipe
+    from kit.runner.execute import Runner
+
+    root = Path(__file__).resolve().parents[1] / "recipes" / "ablations"
+    fp = {}
+    for name in ("batch_size", "dynamic_filtering"):
+        rec = load_recipe(root / f"{name}.yaml")
+        fp[name] = Runner(rec, rec.name, tmp_path / "runs", tmp_path / "reports").fingerprints()
+    b, d = fp["batch_size"], fp["dynamic_filtering"]
+    for stage in ("synthesize", "sft_user", "sft_agent", "grpo", "evaluate"):
+        assert b[f"g4xb4/{stage}"] == d[f"filtered/{stage}"], stage
+    assert b["g4xb2/grpo"] != d["filtered/grpo"] and b["g4xb2/sft_agent"] == d["unfiltered/sft_agent"]
