@@ -64,12 +64,14 @@ class _OneProcess:
 def fake_grpo(run: Path, key: str, rewards: list[float], skipped: dict[int, str] | None = None,
               policy: str | None = None, probe: dict[str, int] | None = None,
               curve: dict[int, dict[str, list[float]]] | None = None, params: dict | None = None,
-              arm: str | None = None, extra: dict | None = None, user_tag: str = "fine-tuned") -> dict:
+              arm: str | None = None, extra: dict | None = None, user_tag: str = "fine-tuned",
+              episodes_per_step: int | None = None) -> dict:
     """A GRPO stage's folder as kit/stages/grpo.py writes it: metrics.jsonl, one line per step (`rewards`;
     `skipped`: step -> skip reason), with the time split; model/; with `probe` (task id -> episodes solved
     of 4) a probes.jsonl line by Curriculum.probe before step 0; with `curve` (step -> {task id: rewards})
     curve.jsonl by LearningCurve.add_point, and model_best/; `extra`: more metrics for every step's line (the
-    rollout user's rates, groups kept, ...). Returns the manifest entry."""
+    rollout user's rates, groups kept, ...); `episodes_per_step`: the running episodes/total of every line.
+    Returns the manifest entry."""
     skipped = skipped or {}
     st, e = _stage(run, "grpo", key, arm=arm, params=params)
     cfg = GRPOConfig(train_steps=len(rewards), probe_k=4 if probe else 0, eval_every=2 if curve else 0)
@@ -97,6 +99,8 @@ def fake_grpo(run: Path, key: str, rewards: list[float], skipped: dict[int, str]
              "skip_reason": reason, M.USER_DEVIATION_RATE: 0.1, "time/rollout_s": 2.0, "time/score_s": 0.5,
              **({} if reason else {"time/update_s": 1.0}), M.STEP_TIME: 2.5 if reason else 3.5, **pre.get(i, {}),
              **(extra or {})}
+        if episodes_per_step:
+            m[M.EPISODES_TOTAL] = (i + 1) * episodes_per_step
         append_jsonl(files["metrics"], m)
     skips: dict[str, int] = {}
     for reason in skipped.values():

@@ -228,3 +228,28 @@ def test_the_papers_8x64_arm_is_one_stage_in_the_batch_size_and_filtering_recipe
     for stage in ("synthesize", "sft_user", "sft_agent", "grpo", "evaluate"):
         assert b[f"g4xb4/{stage}"] == d[f"filtered/{stage}"], stage
     assert b["g4xb2/grpo"] != d["filtered/grpo"] and b["g4xb2/sft_agent"] == d["unfiltered/sft_agent"]
+
+
+def test_rl_arms_of_equal_cost_are_drawn_against_the_episodes_they_spent(tmp_path):
+    """The batch-shape arms: each GRPO arm's validation curve is on its row (step: pass^1) and on one figure
+    whose x axis is the rollout episodes scored by each point (16 a step for 4x4, 8 for 4x2), saved with the
+    rows so a carried section draws it too."""
+    import json
+
+    arms = [({"name": "g4xb2", "label": "4x2", "paper": 64.0}, _rewards(set(range(10))), "u"),
+            ({"name": "g4xb4", "label": "4x4", "paper": 70.5}, _rewards(set(range(12))), "u")]
+    val = lambda n: {f"v{i}": [1.0 if i < n else 0.0] for i in range(10)}  # noqa: E731
+    grpo = {"g4xb2": {"rewards": [0.3] * 4, "curve": {0: val(2), 2: val(3), 4: val(3)}, "episodes_per_step": 8},
+            "g4xb4": {"rewards": [0.3] * 4, "curve": {0: val(2), 2: val(4), 4: val(5)}, "episodes_per_step": 16}}
+    run = fake_ablation_run(tmp_path, "ablation-batch-size", arms, {"metric": "pass^1", "reference": "g4xb2"},
+                            grpo=grpo)
+    _, df, _ = ablation_rows(run, n_boot=200)
+    rows = df.set_index("arm")
+    assert rows.loc["4x4", "validation pass^1 by step"] == "0: 0.200 -> 2: 0.400 -> 4: 0.500"
+    assert rows.loc["4x2", "_curve"] == [[0, 0.2], [16, 0.3], [32, 0.3]]
+    assert rows.loc["4x4", "_curve"] == [[0, 0.2], [32, 0.4], [64, 0.5]]
+    out = tmp_path / "reports" / "ablations"
+    text = ablations_page([run], out, n_boot=200).read_text()
+    assert (out / "ablation-batch-size-curve.png").stat().st_size > 1000 and "_curve" not in text
+    saved = json.loads((out / "rows" / "ablation-batch-size.json").read_text())
+    assert [r["_curve"] for r in saved["rows"]] == [[[0, 0.2], [16, 0.3], [32, 0.3]], [[0, 0.2], [32, 0.4], [64, 0.5]]]

@@ -50,6 +50,7 @@ from kit.eval.paired import ALPHA, tasks_needed
 from kit.report.run_data import Section, collect, run_folder
 
 BASE_WORDS = ("base",)
+CURVE = "_curve"  # a row's learning-curve points (saved with the rows, drawn on the page, not a table column)
 # the recipes' run names in the paper's order (kit ablations runs them in it; the page lists them in it)
 PAPER_ORDER = ("ablation-no-validation", "ablation-no-evolution", "ablation-user-model", "ablation-batch-size",
                "ablation-dynamic-filtering")
@@ -88,13 +89,54 @@ def rl_columns(run: Optional[dict]) -> dict:
 
     kept = mean(M.GROUPS_KEPT)
     filtered = mean(M.FILTERED_FRAC)
-    return {"RL steps trained": f"{o.trained_steps}/{o.steps}", "RL episodes": o.episodes,
+    curve = validation_curve(run)
+    return {"validation pass^1 by step": " -> ".join(f"{s}: {p:.3f}" for s, _, p in curve) or None,
+            CURVE: [[e, p] for _, e, p in curve if e is not None] or None,
+            "RL steps trained": f"{o.trained_steps}/{o.steps}", "RL episodes": o.episodes,
             "RL reward (mean)": mean(M.REWARD_MEAN), "RL reward sd (in a step)": mean(M.REWARD_STD),
             "groups with signal": None if filtered is None else 1.0 - filtered,
             "effective batch (episodes/step)": kept * g if kept is not None and g else None,
             "resamples": int(h[M.GROUPS_RESAMPLES].sum()) if M.GROUPS_RESAMPLES in h and len(h) else None,
             "RL user": o.user_tag, "RL user request stated": mean(M.REQUEST_STATED_RATE),
             "RL user proper end": mean(M.PROPER_END_RATE), "RL user deviation": mean(M.USER_DEVIATION_RATE)}
+
+
+def validation_curve(run: dict) -> list[tuple[int, Optional[int], float]]:
+    """(step, rollout episodes scored by then, validation pass^1) per point of a GRPO stage's learning curve:
+    what an RL arm learned against what it spent (the x axis on which arms of equal cost compare)."""
+    h = run.get("history")
+    spent = {}
+    if isinstance(h, pd.DataFrame) and len(h) and M.EPISODES_TOTAL in h and "step" in h:
+        spent = {int(st) + 1: int(e) for st, e in zip(h["step"], h[M.EPISODES_TOTAL]) if e == e}
+    return [(int(p["step"]), 0 if int(p["step"]) == 0 else spent.get(int(p["step"])), float(p["pass1"]))
+            for p in _records(run.get("curve")) if p.get("pass1") is not None]
+
+
+def _records(x) -> list[dict]:
+    """A report entry's curve: a DataFrame or a list of curve.jsonl records."""
+    if isinstance(x, pd.DataFrame):
+        return x.to_dict(orient="records")
+    return list(x or [])
+
+
+def curve_figure(name: str, df: pd.DataFrame, out: Path) -> Optional[Path]:
+    """One line per RL arm: validation pass^1 against the rollout episodes it had scored (None without curves)."""
+    from kit.report.figures import new_figure, save
+
+    if CURVE not in df:
+        return None
+    arms = [(r["arm"], r[CURVE]) for _, r in df.iterrows() if isinstance(r[CURVE], list) and r[CURVE]]
+    if not arms:
+        return None
+    fig = new_figure(7.0, 3.4)
+    ax = fig.subplots()
+    for arm, pts in arms:
+        ax.plot([e for e, _ in pts], [p for _, p in pts], marker="o", label=str(arm))
+    ax.set_xlabel("rollout episodes scored (the arms' common budget)")
+    ax.set_ylabel("validation pass^1")
+    ax.set_title(f"{name}: GRPO's learning curve per arm", fontsize=10)
+    ax.legend(fontsize=8)
+    return save(fig, out / f"{name}-curve.png")
 
 
 def _engine_of_arm(data: dict, eval_key: str) -> Optional[dict]:
@@ -284,7 +326,10 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
         for w in warnings:
             sec.items.append(("warn", w))
         if len(df):
-            sec.table(df)
+            fig = curve_figure(spec.get("name") or "ablation", df, out)
+            if fig is not None:
+                sec.figure(fig)
+            sec.table(df.drop(columns=[CURVE], errors="ignore"))
             for _, r in df[~df["reference"].astype(bool)].iterrows():
                 summary.append({"ablation": spec.get("name"), "arm": r["arm"],
                                 "paper Δ (points)": r.get("paper Δ (points)"), "ours Δ": r.get("Δ vs reference"),
