@@ -98,6 +98,13 @@ def test_grpo_refuses_rl_tasks_whose_solution_its_policy_was_fine_tuned_on(tmp_p
     assert trained[0].id in str(e.value) and "rl_tasks.jsonl" in e.value.hint and "allow_overlap" in e.value.hint
     rep = check_pool_overlap(fresh + trained[:2], policy, allow=True, st=w)
     assert rep["n_overlap"] == 2 and "allowed: allow_overlap" in w.lines[-1]
+    # drop_overlap (the stage's default): the memorized tasks are named for the caller to leave out, the
+    # rest trains; a pool of memorized tasks only is still refused (nothing would be left)
+    rep = check_pool_overlap(fresh + trained[:2], policy, allow=False, st=w, drop=True)
+    assert sorted(rep["dropped"]) == sorted(t.id for t in trained[:2]) and rep["n_tasks"] == len(fresh) + 2
+    assert "left out (drop_overlap)" in w.lines[-1] and f"the other {len(fresh)}" in w.lines[-1]
+    with pytest.raises(BadInput, match=r"RL tasks have every gold action"):
+        check_pool_overlap(trained[:2], policy, allow=False, st=w, drop=True)
     # a GRPO stage's output is checked against what its own start was fine-tuned on
     g = tmp_path / "grpo"
     (g / "model").mkdir(parents=True)

@@ -73,7 +73,11 @@ class Config(ModelStageConfig, GRPOKnobs):
                                           "split of the domain (said loudly); the default set when it lacks it.")
     dtype: str = Field(default="auto", description="'auto' (bf16 on CUDA, else fp32) or a torch dtype name.")
     allow_overlap: bool = Field(default=False, description="Train even when some RL tasks' gold actions are all "
-                                "in the policy's SFT data (a memorized task carries no signal); off: refused.")
+                                "in the policy's SFT data (a memorized task carries no signal); off: dropped "
+                                "(drop_overlap) or refused.")
+    drop_overlap: bool = Field(default=True, description="RL tasks whose gold actions are all in the policy's SFT "
+                               "data are left out, with a warning naming them (an engine's RL task can repeat the "
+                               "calls of a longer SFT task); refused when none would be left. Off: refused.")
 
 
 # the per-step metrics the notebook shows (metrics.jsonl has them all)
@@ -214,9 +218,11 @@ def policy_sft_data(policy_dir: Path) -> list[Path]:
     return []
 
 
-def check_pool_overlap(task_list: list, policy_dir: Path, allow: bool, st) -> dict:
-    """Refuse RL tasks whose every gold action is in the policy's SFT data (kit.eval.leak's rule):
-    a task the policy memorized is replayed or failed in every episode, so its group carries nothing."""
+def check_pool_overlap(task_list: list, policy_dir: Path, allow: bool, st, drop: bool = False) -> dict:
+    """RL tasks whose every gold action is in the policy's SFT data (kit.eval.leak's rule): a task the policy
+    memorized is replayed or failed in every episode, so its group carries nothing. Refused; with `drop`, the
+    report's `dropped` names them for the caller to leave out (refused still when none would be left); with
+    `allow`, kept with a warning."""
     from kit.errors import BadInput
     from kit.eval.leak import leak_report, training_action_keys
 
@@ -230,6 +236,10 @@ def check_pool_overlap(task_list: list, policy_dir: Path, allow: bool, st) -> di
         msg = (f"{rep['n_overlap']} of {len(task_list)} RL tasks have every gold action in the policy's SFT data "
                f"({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''}; {files[0]}): GRPO would train on tasks the "
                "policy memorized")
+        if not allow and drop and rep["n_overlap"] < len(task_list):
+            rep["dropped"] = list(ids)
+            st.warn(msg + f"; left out (drop_overlap): GRPO trains on the other {len(task_list) - rep['n_overlap']}")
+            return rep
         if not allow:
             raise BadInput(msg, "train GRPO on the engine's RL pool (tasks: '@<synthesize>' reads rl_tasks.jsonl, "
                            "disjoint from its SFT pool; raise synthesize.rl_share if it is empty), or set "
@@ -263,9 +273,13 @@ def run(config: Config, st) -> Outputs:
     print(f"{len(task_list)} tasks ({task_source}), "
           f"{sum(bool(r.checker.code) for r in checked.values())} with code checkers")
     policy_dir = ModelSpec.parse(config.model or "embedded", folder_kind="hf").folder()
-    overlap = check_pool_overlap(task_list, policy_dir, config.allow_overlap, st)
-    print(f"pool overlap with the policy's SFT data: {overlap['n_overlap']} of {len(task_list)} tasks"
-          + (f" ({', '.join(overlap['checked_files'])})" if overlap["checked_files"] else " (no SFT data found)"))
+    overlap = check_pool_overlap(task_list, policy_dir, config.allow_overlap, st, drop=config.drop_overlap)
+    if overlap.get("dropped"):
+        gone = set(overlap["dropped"])
+        task_list = [t for t in task_list if t.id not in gone]
+    print(f"pool overlap with the policy's SFT data: {overlap['n_overlap']} of {overlap['n_tasks']} tasks"
+          + (f" ({', '.join(overlap['checked_files'])})" if overlap["checked_files"] else " (no SFT data found)")
+          + (f"; left out: {', '.join(overlap['dropped'])}" if overlap.get("dropped") else ""))
     user_spec = str(ModelSpec.parse(config.user_model or "embedded", folder_kind=config.backend))
     tag = user_tag(config)
     dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32}.get(config.dtype) \
