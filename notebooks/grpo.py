@@ -34,6 +34,7 @@ tasks = None  # '@<synthesize>' (its rl_tasks.jsonl), a JSONL file of checked ta
 fallback_split = 'train'  # No synthesized tasks: train on this split of the domain (said loudly); the default set when it lacks it.
 dtype = 'auto'  # 'auto' (bf16 on CUDA, else fp32) or a torch dtype name.
 allow_overlap = False  # Train even when some RL tasks' gold actions are all in the policy's SFT data (a memorized task carries no signal); off: dropped (drop_overlap) or refused.
+reuse_start = True  # Read step 0's probe and curve point from another GRPO stage with the same start (policy stage, user, tasks, every setting that acts before step 1: kit/train/grpo_memo.py) instead of rolling them out again; they are kept beside the policy's stage folder. Off: always measured.
 drop_overlap = True  # RL tasks whose gold actions are all in the policy's SFT data are left out, with a warning naming them (an engine's RL task can repeat the calls of a longer SFT task); refused when none would be left. Off: refused.
 train_steps = 100  # Optimizer steps `train()` runs.
 episode_budget = None  # Stop once this many rollout episodes were scored (resamples included; probes and learning-curve episodes not), even before train_steps: arms of different batch shapes or filtering compared at the same rollout cost. None: train_steps alone.

@@ -136,3 +136,67 @@ def test_step_balance_puts_different_patterns_in_one_batch():
     assert [t.id for t in again.draw(7)] == [t.id for t in draws.draw(7)]
     with pytest.raises(ValueError, match="strata"):
         TaskDraws(band, seed=0, strata=strata[:2])
+
+
+def test_a_stage_with_the_same_start_reads_step_0s_probe_instead_of_rolling_it_out(tokenizer, tmp_path):  # noqa: F811
+    """Two ablation arms from one start that differ in how they update (group size, filtering): the first
+    probes and writes the memo, the second takes the band from it and rolls out no probe episode; its record
+    names the stage that measured it and spent 0 s. An arm whose probe settings differ (probe_k) measures its own."""
+    from kit.train.grpo_memo import StartMemo, start_identity
+
+    def arm(origin, **kw):
+        torch.manual_seed(0)
+        cfg = small_cfg(**{"probe_k": 8, "probe_every": 0, "tasks_per_step": 2, "resample_budget": 0, **kw})
+        memo = StartMemo(tmp_path / "memo", start_identity(cfg, policy="sft-fp/model", user="u", tasks=[t.id for t in TASKS]),
+                         origin=origin)
+        tr = GRPOTrainer(tiny_llama(tokenizer), tokenizer, TASKS, cfg, rollout_fn=single_turn(6), reward_fn=reward,
+                         agent_system=SYSTEM, start_memo=memo)
+        calls, real = [], tr._rollout
+        tr._rollout = lambda tasks, seed: (calls.append(len(tasks)), real(tasks, seed))[1]
+        events = []
+        tr.train(steps=1, on_event=lambda kind, rec: events.append((kind, rec)))
+        probe = next(rec for kind, rec in events if kind == "probe")
+        return probe, calls, tr
+
+    first, calls_a, _ = arm("runs/x/a/grpo", group_size=4, filter_mode="all_equal")
+    assert "reused_from" not in first and sum(calls_a) == 8 * len(TASKS) + 2 * 4  # the probe, then one step
+    second, calls_b, tr_b = arm("runs/x/b/grpo", group_size=2, filter_mode="off")
+    assert second["reused_from"] == "runs/x/a/grpo" and second["probe_s"] == 0.0
+    assert second["rates"] == first["rates"] and second["band"] == first["band"]
+    assert [t.id for t in tr_b.curriculum.band] == first["band"] or first["band_empty"]
+    assert sum(calls_b) == 2 * 2  # the step's two groups of G=2 only: no probe episode
+    third, calls_c, _ = arm("runs/x/c/grpo", group_size=4, probe_k=4)
+    assert "reused_from" not in third and sum(calls_c) == 4 * len(TASKS) + 2 * 4
+    # a memo of other tasks is not taken
+    from kit.train.grpo_curriculum import Curriculum
+
+    from kit.train.grpo_memo import adopt_probe
+
+    assert not adopt_probe(Curriculum(TASKS[:2], small_cfg(probe_k=8)), first)
+
+
+def test_the_start_memo_is_read_only_under_its_identity_and_not_by_the_stage_that_wrote_it(tmp_path):
+    """kit/train/grpo_memo.py: a field that acts after step 0 (group size, filtering) leaves the identity as it
+    is, one that acts before (probe_k, temperature, the tasks) changes it; a stage does not read its own record
+    back as reused; the curve takes a point of its own validation tasks only."""
+    from types import SimpleNamespace
+
+    from kit.train.grpo_curve import LearningCurve
+    from kit.train.grpo_memo import StartMemo, adopt_point, start_identity
+
+    ident = lambda **kw: start_identity(small_cfg(**kw), policy="p", user="u", tasks=["t1"])  # noqa: E731
+    assert ident(group_size=2, filter_mode="off", lr=1e-5) == ident(group_size=8)
+    assert ident(probe_k=4) != ident(probe_k=8) and ident(temperature=0.6) != ident(temperature=1.0)
+    assert start_identity(small_cfg(), policy="p", user="u", tasks=["t2"]) != ident()
+    a = StartMemo(tmp_path, ident(), origin="runs/r/a/grpo")
+    a.save("curve", {"step": 0, "pass1": 0.25, "ci95": [0.0, 0.5], "tasks": 2, "per_task": {"v1": 0.5}})
+    assert a.load("curve") is None                                   # its own record: not "reused"
+    b = StartMemo(tmp_path, ident(group_size=2), origin="runs/r/b/grpo")
+    point = b.load("curve")
+    assert point["reused_from"] == "runs/r/a/grpo" and point["pass1"] == 0.25
+    assert StartMemo(tmp_path, ident(probe_k=2), origin="runs/r/c/grpo").load("curve") is None
+    curve = LearningCurve([SimpleNamespace(id="v1"), SimpleNamespace(id="v2")], small_cfg(eval_every=2), None)
+    assert adopt_point(curve, point) and curve.best["pass1"] == 0.25 and curve.points[-1]["best"]
+    assert not adopt_point(curve, point)                                    # step 0 is already there
+    other = LearningCurve([SimpleNamespace(id="w1"), SimpleNamespace(id="w2")], small_cfg(eval_every=2), None)
+    assert not adopt_point(other, point) and other.points == []

@@ -75,6 +75,10 @@ class Config(ModelStageConfig, GRPOKnobs):
     allow_overlap: bool = Field(default=False, description="Train even when some RL tasks' gold actions are all "
                                 "in the policy's SFT data (a memorized task carries no signal); off: dropped "
                                 "(drop_overlap) or refused.")
+    reuse_start: bool = Field(default=True, description="Read step 0's probe and curve point from another GRPO "
+                              "stage with the same start (policy stage, user, tasks, every setting that acts before "
+                              "step 1: kit/train/grpo_memo.py) instead of rolling them out again; they are kept "
+                              "beside the policy's stage folder. Off: always measured.")
     drop_overlap: bool = Field(default=True, description="RL tasks whose gold actions are all in the policy's SFT "
                                "data are left out, with a warning naming them (an engine's RL task can repeat the "
                                "calls of a longer SFT task); refused when none would be left. Off: refused.")
@@ -248,6 +252,34 @@ def check_pool_overlap(task_list: list, policy_dir: Path, allow: bool, st, drop:
     return rep
 
 
+def _stage_identity(folder: Path) -> Optional[str]:
+    """'<stage fingerprint>/<folder name>' for a model folder a stage wrote (its stage.json beside it), else None."""
+    info = folder.parent / "stage.json"
+    try:
+        fp = json.loads(info.read_text()).get("fingerprint")
+    except (OSError, ValueError):
+        return None
+    return f"{fp}/{folder.name}" if fp else None
+
+
+def start_memo(config: Config, cfg, policy_dir: Path, task_list: list, checked: dict, eval_tasks: list, out_dir: Path):
+    """The StartMemo of this stage's step 0 (kit/train/grpo_memo.py), or None: `reuse_start` off, or a policy
+    no stage wrote (nothing identifies its weights but the weights)."""
+    from kit.train.grpo_memo import StartMemo, start_identity
+
+    policy = _stage_identity(Path(policy_dir))
+    if not config.reuse_start or policy is None:
+        return None
+    user_dir = Path(config.user_model) if config.user_model and Path(config.user_model).is_dir() else None
+    user = (_stage_identity(user_dir) if user_dir else None) or str(cfg.user_model)
+    tasks = ([r.model_dump(mode="json") for r in checked.values()] if checked
+             else [t.model_dump(mode="json") for t in task_list])
+    ids = sorted(t.id for t in task_list)
+    return StartMemo(Path(policy_dir).parent / "memo", start_identity(
+        cfg, policy=policy, user=user, tasks={"ids": ids, "tasks": tasks},
+        eval_tasks=[t.model_dump(mode="json") for t in eval_tasks]), origin=str(out_dir))
+
+
 def user_tag(config: Config) -> str:
     """'fine-tuned' when the user model is an sft_user stage's output, else 'raw' (unless set)."""
     if config.user_tag:
@@ -296,7 +328,11 @@ def run(config: Config, st) -> Outputs:
     if cfg.eval_every:
         eval_tasks = dom.tasks(cfg.eval_split)[: cfg.eval_limit]
         print(f"learning curve: {len(eval_tasks)} tasks of {config.domain} '{cfg.eval_split}' every {cfg.eval_every} steps")
-    trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn, eval_tasks=eval_tasks)
+    memo = start_memo(config, cfg, policy_dir, task_list, checked, eval_tasks, st.out_dir)
+    if memo is not None:
+        print(f"step 0's probe and curve point: shared through {memo.folder} (key {memo.key})")
+    trainer = GRPOTrainer(policy, tokenizer, task_list, cfg, domain=dom, reward_fn=reward_fn, eval_tasks=eval_tasks,
+                          start_memo=memo)
     main = trainer.acc.is_main_process  # under `accelerate launch`, one process writes
     for warning in (trainer.step_budget_warning, trainer.checkpoint_warning):
         if warning and main:

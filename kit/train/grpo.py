@@ -87,6 +87,7 @@ from kit.train import checkpoints as ck
 from kit.train.grpo_config import RESUMABLE_CHANGES, GRPOConfig, SkipReason
 from kit.train.grpo_curriculum import Curriculum, balanced_by_pattern, gold_pattern
 from kit.train.grpo_curve import LearningCurve
+from kit.train.grpo_memo import adopt_point, adopt_probe
 from kit.train.grpo_groups import TaskDraws, collect_groups, episode_metrics
 from kit.train.grpo_update import placeholder_rows, policy_rows, ppo_update
 from kit.train.lora import merged_copy_state, prepare_for_training, trainable_parameters
@@ -130,6 +131,7 @@ class GRPOTrainer:
         wandb_run: Any = None,
         accelerator: Any = None,
         eval_tasks: list | None = None,
+        start_memo: Any = None,
     ):
         if not tasks:
             raise ValueError("GRPOTrainer: `tasks` is empty; GRPO needs at least one task to draw groups from")
@@ -184,6 +186,9 @@ class GRPOTrainer:
         self.curriculum = Curriculum(self.tasks, self.cfg)
         self.curve = LearningCurve(eval_tasks or [], self.cfg, domain)
         self.step_idx = 0
+        # step 0's probe and curve point, read from / written to a memo shared by stages with the same start
+        # (kit/train/grpo_memo.py); one process only: under accelerate every process measures its share
+        self.start_memo = start_memo if self.procs.count == 1 else None
         # the loop's state between steps beyond weights and optimizer, by name: each part has
         # state_dict() / load_state_dict(), its state made of tensors, numbers, strings, lists,
         # tuples and dicts (read back with torch.load(weights_only=True)); a checkpoint holds them
@@ -328,15 +333,28 @@ class GRPOTrainer:
     def _before_step(self, emit: Callable[[str, dict], None]) -> dict:
         """The probe and the learning-curve point due before step `step_idx`; their metrics."""
         pre: dict = {}
+        memo = self.start_memo if self.step_idx == 0 else None
         if self.curriculum.due(self.step_idx):
-            self.policy.eval()
-            rec = self.curriculum.probe(self._rollout, self.reward_fn, self.procs, self.step_idx)
+            rec = memo.load("probe") if memo is not None else None
+            if rec is not None and adopt_probe(self.curriculum, rec):
+                rec = {**rec, "probe_s": 0.0}  # measured by the stage it names, not here
+            else:
+                self.policy.eval()
+                rec = self.curriculum.probe(self._rollout, self.reward_fn, self.procs, self.step_idx)
+                if memo is not None:
+                    memo.save("probe", rec)
             # a fresh stream over the band, the same on every process
             self.draws = self.checkpointed["draws"] = self._band_draws()
             pre.update(self.curriculum.metrics(rec))
             emit("probe", rec)
         if self.curve.due(self.step_idx):
-            point = self._evaluate()
+            point = memo.load("curve") if memo is not None else None
+            if point is not None and adopt_point(self.curve, {**point, "eval_s": 0.0}):
+                point = self.curve.points[-1]
+            else:
+                point = self._evaluate()
+                if memo is not None:
+                    memo.save("curve", {k: v for k, v in point.items() if k != "best"})
             pre.update(self.curve.metrics(point))
             emit("eval", point)
         return pre
