@@ -66,6 +66,40 @@ def test_pattern_split_gives_every_tool_pattern_its_share_of_both_pools():
         assign_pools(tasks, 0.3, split="random")
 
 
+def _calls(i: str, calls: list[tuple[str, dict]]) -> dict:
+    return {"id": i, "evaluation_criteria": {"actions": [
+        {"action_id": str(k), "name": n, "arguments": a} for k, (n, a) in enumerate(calls)]}}
+
+
+def test_an_rl_task_whose_calls_an_sft_task_makes_moves_to_sft():
+    """The dynamic_filtering run's case (2026-12-05): RL task `get_users > create_task(Quarterly budget review,
+    user_1)`, SFT task the same two calls and an update after them; the pattern split put them in different pools
+    (different patterns), so GRPO found the RL task's whole solution in the policy's SFT data. The pools move it
+    to SFT, under either split, until no RL task is covered; the leak rule then finds nothing."""
+    from kit.eval.leak import gold_action_keys, leak_report
+
+    users, make = ("get_users", {}), ("create_task", {"title": "Quarterly budget review", "user_id": "user_1"})
+    long_ = [_calls(f"long{i}", [users, make if i == 0 else ("create_task", {"title": f"T{i}", "user_id": "u"}),
+                                ("update_task_status", {"task_id": f"task_{i}", "status": "completed"})])
+             for i in range(6)]
+    short = [_calls(f"short{i}", [users, make if i == 0 else ("create_task", {"title": f"S{i}", "user_id": "u"})])
+             for i in range(6)]
+    tasks = long_ + short
+    for split, seeds in (("pattern", range(30)), ("hash", range(30))):
+        for seed in seeds:
+            pools = assign_pools(tasks, 0.5, seed=seed, split=split)
+            sft_keys = set().union(*(gold_action_keys(t) for t in tasks if pools[t["id"]] == "sft"))
+            rl = [t for t in tasks if pools[t["id"]] == "rl"]
+            assert leak_report(rl, sft_keys)["n_overlap"] == 0, (split, seed)
+            if pools["long0"] == "sft":
+                assert pools["short0"] == "sft"           # its calls are all in long0's
+    # the move itself: the covered RL task goes to SFT, the others stay
+    from kit.engine.pools import cover_moves
+
+    assert cover_moves(tasks, {"long0": "sft", "short0": "rl"} | {t["id"]: "rl" for t in tasks[1:6] + tasks[7:]}) \
+        == {"long0": "sft", "short0": "sft"} | {t["id"]: "rl" for t in tasks[1:6] + tasks[7:]}
+
+
 def _sft_stage(tmp_path, tasks):
     """An sft_agent stage folder as the SFT stage writes it: model/ and the samples it trained on."""
     from transformers import AutoTokenizer

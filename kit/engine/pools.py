@@ -16,6 +16,11 @@ sits in the SFT data under another id. Two ways to split:
   pools. An RL pool that misses a pattern trains the policy away from it (docs/learning_signal.md:
   an RL pool with one update task of 13 traded updates for creates).
 Both depend only on the set of tasks, not on their order: a resumed run gives the same pools.
+
+Then, under either split, an RL task whose every gold action is among the SFT pool's gold actions (kit.eval.leak's
+rule: a shorter task whose calls a longer SFT task makes, `get_users > create_task(X)` beside
+`get_users > create_task(X) > update_task_status(...)`) moves to the SFT pool, until none is left
+(`cover_moves`): the policy would have seen its whole solution, and GRPO refuses or drops such a task.
 """
 
 from __future__ import annotations
@@ -73,7 +78,7 @@ def assign_pools(tasks: Iterable[Any], rl_share: float, seed: int = 0, split: Po
 
     tasks = list(tasks)
     if split == "hash":
-        return {_task_id(t): task_pool(t, rl_share, seed) for t in tasks}
+        return cover_moves(tasks, {_task_id(t): task_pool(t, rl_share, seed) for t in tasks})
     if split != "pattern":
         raise ValueError(f"assign_pools: split must be 'hash' or 'pattern', got {split!r}")
     # solution -> its tasks; a solution belongs to the pattern of its first task (same actions, same pattern)
@@ -90,4 +95,20 @@ def assign_pools(tasks: Iterable[Any], rl_share: float, seed: int = 0, split: Po
         for i, key in enumerate(ranked):
             for t in solutions[key]:
                 pools[_task_id(t)] = "rl" if i < n_rl else "sft"
-    return pools
+    return cover_moves(tasks, pools)
+
+
+def cover_moves(tasks: list, pools: dict[str, Pool]) -> dict[str, Pool]:
+    """`pools` with every RL task whose gold actions are all among the SFT pool's moved to SFT, repeated
+    until none is (a move only adds SFT actions; each round moves at least one task or stops)."""
+    from kit.eval.leak import gold_action_keys
+
+    pools = dict(pools)
+    keys = {_task_id(t): gold_action_keys(t) for t in tasks}
+    while True:
+        seen = set().union(*(k for i, k in keys.items() if pools.get(i) == "sft"))
+        covered = [i for i, k in keys.items() if pools.get(i) == "rl" and k and k <= seen]
+        if not covered:
+            return pools
+        for i in covered:
+            pools[i] = "sft"
