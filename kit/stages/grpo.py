@@ -254,11 +254,9 @@ def check_pool_overlap(task_list: list, policy_dir: Path, allow: bool, st, drop:
 
 def _stage_identity(folder: Path) -> Optional[str]:
     """'<stage fingerprint>/<folder name>' for a model folder a stage wrote (its stage.json beside it), else None."""
-    info = folder.parent / "stage.json"
-    try:
-        fp = json.loads(info.read_text()).get("fingerprint")
-    except (OSError, ValueError):
-        return None
+    from kit.files import read_json
+
+    fp = (read_json(folder.parent / "stage.json") or {}).get("fingerprint")
     return f"{fp}/{folder.name}" if fp else None
 
 
