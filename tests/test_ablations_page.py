@@ -210,10 +210,11 @@ def test_a_later_page_carries_the_saved_rows_of_runs_it_was_not_given(tmp_path):
         ablations_page([run_b], reports, n_boot=200)
 
 
-def test_the_papers_8x64_arm_is_one_stage_in_the_batch_size_and_filtering_recipes(tmp_path):
-    """The paper's 8x64 run stands in both its batch row and its filtering row; the kit's CPU analogue (4x4,
-    filtered) is the same GRPO and evaluation stage in both recipes (same fingerprint), so `kit ablations`
-    runs it once, and both recipes share their engine and SFT stages."""
+def test_the_papers_8x64_arm_is_one_stage_in_the_batch_size_filtering_and_user_model_recipes(tmp_path):
+    """The paper's 8x64 run stands in its batch row, its filtering row and (its main RL run, against the
+    fine-tuned user) its user-model row; the kit's CPU analogue (4x4, filtered, the SFT user) is the same GRPO
+    and evaluation stage in all three recipes (same fingerprint), so `kit ablations` runs it once, and the
+    recipes share their engine and SFT stages. The user-model recipe's raw-user arm differs in the user alone."""
     from pathlib import Path
 
     from kit.runner import load_recipe
@@ -221,13 +222,14 @@ def test_the_papers_8x64_arm_is_one_stage_in_the_batch_size_and_filtering_recipe
 
     root = Path(__file__).resolve().parents[1] / "recipes" / "ablations"
     fp = {}
-    for name in ("batch_size", "dynamic_filtering"):
+    for name in ("batch_size", "dynamic_filtering", "user_model"):
         rec = load_recipe(root / f"{name}.yaml")
         fp[name] = Runner(rec, rec.name, tmp_path / "runs", tmp_path / "reports").fingerprints()
-    b, d = fp["batch_size"], fp["dynamic_filtering"]
+    b, d, u = fp["batch_size"], fp["dynamic_filtering"], fp["user_model"]
     for stage in ("synthesize", "sft_user", "sft_agent", "grpo", "evaluate"):
-        assert b[f"g4xb4/{stage}"] == d[f"filtered/{stage}"], stage
+        assert b[f"g4xb4/{stage}"] == d[f"filtered/{stage}"] == u[f"finetuned_user/{stage}"], stage
     assert b["g4xb2/grpo"] != d["filtered/grpo"] and b["g4xb2/sft_agent"] == d["unfiltered/sft_agent"]
+    assert u["raw_user/grpo"] != u["finetuned_user/grpo"] and u["raw_user/sft_agent"] == d["filtered/sft_agent"]
 
 
 def test_rl_arms_of_equal_cost_are_drawn_against_the_episodes_they_spent(tmp_path):
