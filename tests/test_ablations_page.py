@@ -255,3 +255,15 @@ def test_rl_arms_of_equal_cost_are_drawn_against_the_episodes_they_spent(tmp_pat
     assert (out / "ablation-batch-size-curve.png").stat().st_size > 1000 and "_curve" not in text
     saved = json.loads((out / "rows" / "ablation-batch-size.json").read_text())
     assert [r["_curve"] for r in saved["rows"]] == [[[0, 0.2], [16, 0.3], [32, 0.3]], [[0, 0.2], [32, 0.4], [64, 0.5]]]
+
+
+def test_an_earlier_configuration_of_a_recipe_is_listed_right_after_the_recipe():
+    """Saved rows renamed when a recipe changed shape ("ablation-user-model-30x2x8") stay beside the recipe's
+    own section, in the paper's order; an unknown run goes last."""
+    from kit.report.ablations import paper_rank
+
+    names = ["ablation-dynamic-filtering", "my-ablation", "ablation-user-model-30x2x8", "ablation-no-validation",
+             "ablation-user-model", "ablation-batch-size"]
+    assert sorted(names, key=paper_rank) == ["ablation-no-validation", "ablation-user-model",
+                                             "ablation-user-model-30x2x8", "ablation-batch-size",
+                                             "ablation-dynamic-filtering", "my-ablation"]

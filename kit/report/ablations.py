@@ -56,6 +56,15 @@ PAPER_ORDER = ("ablation-no-validation", "ablation-no-evolution", "ablation-user
                "ablation-dynamic-filtering")
 
 
+def paper_rank(name: str) -> tuple[int, str]:
+    """Where a run's section goes: the paper's order, a renamed earlier configuration of a recipe
+    ("ablation-user-model-30x2x8") right after the recipe's own, anything else last."""
+    for i, known in enumerate(PAPER_ORDER):
+        if name == known or name.startswith(known + "-"):
+            return i, name
+    return len(PAPER_ORDER), name
+
+
 def default_reference(arms: list[dict]) -> Optional[str]:
     """The first arm with a paper number whose name is not a base arm's (the trained arm the others
     vary), else the first arm."""
@@ -312,8 +321,7 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
                       f"<code>{html.escape(str(src.get('run_dir')))}</code> is not part of this batch)"
                       + (f"; {html.escape(str(src['recovered_from']))}" if src.get("recovered_from") else ""))
             built.append((spec, df, warnings, origin, f"saved {src.get('saved')}"))
-    order = {name: i for i, name in enumerate(PAPER_ORDER)}
-    built.sort(key=lambda b: order.get(b[0].get("name"), len(order)))
+    built.sort(key=lambda b: paper_rank(b[0].get("name") or ""))
     sections, summary = [], []
     for spec, df, warnings, origin, source in built:
         comp = spec.get("comparison") or {}
