@@ -267,3 +267,33 @@ def test_an_earlier_configuration_of_a_recipe_is_listed_right_after_the_recipe()
     assert sorted(names, key=paper_rank) == ["ablation-no-validation", "ablation-user-model",
                                              "ablation-user-model-30x2x8", "ablation-batch-size",
                                              "ablation-dynamic-filtering", "my-ablation"]
+
+
+def test_arms_other_than_the_reference_are_paired_with_each_other_too(tmp_path):
+    """The paper's user-model row orders three arms (fine-tuned user 95.6 > SFT 85.4 > raw user 75.6): the main
+    table pairs each arm with the reference (SFT), and the page pairs the rest among themselves (fine-tuned vs
+    raw user), the paper's difference beside each, on the summary too and in the saved rows a later page carries."""
+    import json
+
+    from kit.report.ablations import arm_pairs
+
+    arms = [({"name": "sft", "label": "SFT", "paper": 85.4}, _rewards(set(range(10))), "u"),
+            ({"name": "ft", "label": "fine-tuned user", "paper": 95.6}, _rewards(set(range(30))), "u"),
+            ({"name": "raw", "label": "raw user", "paper": 75.6}, _rewards(set(range(8))), "u"),
+            ({"name": "base", "label": "base"}, _rewards(set()), "u")]
+    run = fake_ablation_run(tmp_path / "runs", "ablation-user-model", arms,
+                            {"metric": "pass^1", "reference": "sft"})
+    pairs = arm_pairs(run, n_boot=200).set_index(["arm", "against"])
+    assert len(pairs) == 3                                       # ft-raw, ft-base, raw-base: no pair with the reference
+    fr = pairs.loc[("raw user", "fine-tuned user")]
+    assert fr["Δ"] == pytest.approx(-22 / 40) and fr["paper Δ (points)"] == pytest.approx(-20.0)
+    assert fr["verdict"] == "reproduced" and fr["p"] < 0.001
+    assert pairs.loc[("base", "raw user"), "verdict"] == "no paper number"
+    reports = tmp_path / "reports"
+    text = ablations_page([run], reports, n_boot=200).read_text()
+    assert "raw user vs fine-tuned user" in text                # on the summary of directions
+    saved = json.loads((reports / "rows" / "ablation-user-model.json").read_text())
+    assert {(p["arm"], p["against"]) for p in saved["pairs"]} == set(pairs.index)
+    import shutil
+    shutil.rmtree(tmp_path / "runs")                             # a later page without the folder still shows them
+    assert "raw user vs fine-tuned user" in ablations_page([], reports, n_boot=200).read_text()

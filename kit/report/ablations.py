@@ -25,11 +25,13 @@ Per ablation run (a recipe with `arms:`), one table, one row per arm (its last e
     trials. Arms of one recipe judged by different referees or tasks are flagged;
   - how many paired tasks the observed difference would need to be detected (alpha 0.05, power 0.8, at
     the observed per-task sd: kit.eval.paired.tasks_needed): what a direction not reproduced asks for.
-A summary table on top lists every non-reference arm's verdict, so the page answers "which of the
-paper's directions did this batch reproduce" in one place.
+Below it, the arms other than the reference paired among themselves (`arm_pairs`: the paper's other orderings,
+fine-tuned user > raw user, 8x64 > 16x16). A summary table on top lists every non-reference arm's verdict and
+every such pair the paper has numbers for, so the page answers "which of the paper's directions did this batch
+reproduce" in one place.
 
 The batch may run in parts, on different machines (each recipe is one to two hours on 2 cores): every page
-saves each run's rows beside itself (`rows/<run name>.json`: the recipe's spec, the rows, the warnings, the
+saves each run's rows beside itself (`rows/<run name>.json`: the recipe's spec, the rows, the pairs, the warnings, the
 run folder and when), and a later page over other run folders carries the saved rows of the runs it was
 not given, labelled as such (`saved_sections`). A run folder given supersedes its saved rows.
 """
@@ -215,6 +217,37 @@ def _settings(meta: dict) -> dict:
             "trials": meta.get("trials")}
 
 
+def _last_evals(data: dict, arms: list[dict]) -> dict[str, Optional[dict]]:
+    """{arm name: its last evaluation, or None}."""
+    return {a["name"]: next((e for e in reversed(data["evals"]) if e["arm"] == a["name"]), None) for a in arms}
+
+
+def arm_pairs(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> pd.DataFrame:
+    """The paired difference between every two evaluated arms that are not the reference (the main table pairs
+    each with the reference), later arm minus earlier in the recipe's order, with the paper's difference where
+    both arms have a paper number: the paper's other orderings (fine-tuned user > raw user, 8x64 > 16x16)."""
+    from kit.eval.paired import outcomes_by_task, paired_difference
+
+    data = collect(run_folder(run_dir))
+    spec = ((data["manifest"].get("recipe") or {}).get("parsed")) or {}
+    arms = spec.get("arms") or []
+    ref_name = (spec.get("comparison") or {}).get("reference") or default_reference(arms)
+    last = _last_evals(data, arms)
+    done = [a for a in arms if a["name"] != ref_name and last[a["name"]] is not None]
+    rows = []
+    for i, a in enumerate(done):
+        for b in done[i + 1:]:
+            la, lb = a.get("label") or a["name"], b.get("label") or b["name"]
+            d = paired_difference(outcomes_by_task(last[a["name"]]["episodes"]),
+                                  outcomes_by_task(last[b["name"]]["episodes"]), la, lb, ci=ci, n_boot=n_boot)
+            paper = b["paper"] - a["paper"] if a.get("paper") is not None and b.get("paper") is not None else None
+            rows.append({"arm": lb, "against": la, "Δ": d.diff, "Δ CI": f"[{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}]",
+                         "p": d.p_value, "MDE": d.mde, "paired tasks": d.n_tasks,
+                         "tasks this Δ needs": tasks_needed(d.diff, d.mde_sd), "paper Δ (points)": paper,
+                         "verdict": verdict(paper, d.diff, d.ci95, d.p_value)})
+    return pd.DataFrame(rows)
+
+
 def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> tuple[dict, pd.DataFrame, list[str]]:
     """(the recipe's spec, one row per arm, warnings) of one ablation run folder."""
     from kit.eval.paired import outcomes_by_task, paired_difference
@@ -225,7 +258,7 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
     arms = spec.get("arms") or []
     comp = spec.get("comparison") or {}
     ref_name = comp.get("reference") or default_reference(arms)
-    last = {a["name"]: next((e for e in reversed(data["evals"]) if e["arm"] == a["name"]), None) for a in arms}
+    last = _last_evals(data, arms)
     ref_arm = next((a for a in arms if a["name"] == ref_name), None)
     ref_ev = last.get(ref_name)
     grpo = {r["arm"]: r for r in data["grpo_runs"]}  # an arm's (last) GRPO stage
@@ -266,13 +299,15 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
     return spec, pd.DataFrame(rows), warnings
 
 
-def save_rows(report_dir: str | Path, run_dir: str | Path, spec: dict, df: pd.DataFrame, warnings: list[str]) -> Path:
+def save_rows(report_dir: str | Path, run_dir: str | Path, spec: dict, df: pd.DataFrame, warnings: list[str],
+              pairs: Optional[pd.DataFrame] = None) -> Path:
     """`report_dir/rows/<run name>.json`: what a later page needs to show this run without its folder."""
     out = Path(report_dir) / "rows"
     out.mkdir(parents=True, exist_ok=True)
     keep = {k: spec.get(k) for k in ("name", "description", "comparison", "arms")}
     doc = {"run_dir": str(run_dir), "saved": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "spec": keep,
-           "rows": json.loads(df.to_json(orient="records", force_ascii=False)), "warnings": warnings}
+           "rows": json.loads(df.to_json(orient="records", force_ascii=False)), "warnings": warnings,
+           "pairs": json.loads(pairs.to_json(orient="records", force_ascii=False)) if pairs is not None else []}
     path = out / f"{spec.get('name') or Path(run_dir).name}.json"
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     return path
@@ -280,7 +315,7 @@ def save_rows(report_dir: str | Path, run_dir: str | Path, spec: dict, df: pd.Da
 
 def saved_sections(report_dir: str | Path, skip: set[str]) -> list[tuple[dict, pd.DataFrame, list[str], dict]]:
     """The runs saved beside an earlier page (`save_rows`) whose name is not in `skip`: (spec, rows,
-    warnings, {run_dir, saved, recovered_from?}) each, by name. A file that does not parse is named."""
+    warnings, {run_dir, saved, recovered_from?, pairs}) each, by name. A file that does not parse is named."""
     found = []
     for path in sorted((Path(report_dir) / "rows").glob("*.json")):
         try:
@@ -291,7 +326,8 @@ def saved_sections(report_dir: str | Path, skip: set[str]) -> list[tuple[dict, p
         if (spec.get("name") or path.stem) in skip:
             continue
         found.append((spec, rows, list(doc.get("warnings") or []),
-                      {k: doc.get(k) for k in ("run_dir", "saved", "recovered_from")}))
+                      {**{k: doc.get(k) for k in ("run_dir", "saved", "recovered_from")},
+                       "pairs": pd.DataFrame(doc.get("pairs") or [])}))
     return found
 
 
@@ -310,20 +346,21 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
     for d in run_dirs:
         run = run_folder(d)
         spec, df, warnings = ablation_rows(run, n_boot, ci)
-        save_rows(out, run, spec, df, warnings)
+        pairs = arm_pairs(run, n_boot, ci)
+        save_rows(out, run, spec, df, warnings, pairs)
         origin = (f"run folder <code>{html.escape(str(run))}</code>"
                   + (f"; this batch: {html.escape(str((status or {}).get(run.name)))}" if (status or {}).get(run.name)
                      else ""))
-        built.append((spec, df, warnings, origin, "run folder"))
+        built.append((spec, df, warnings, origin, "run folder", pairs))
     if carry_saved:
         for spec, df, warnings, src in saved_sections(out, {b[0].get("name") for b in built}):
             origin = (f"saved rows of {html.escape(str(src.get('saved')))} (run folder "
                       f"<code>{html.escape(str(src.get('run_dir')))}</code> is not part of this batch)"
                       + (f"; {html.escape(str(src['recovered_from']))}" if src.get("recovered_from") else ""))
-            built.append((spec, df, warnings, origin, f"saved {src.get('saved')}"))
+            built.append((spec, df, warnings, origin, f"saved {src.get('saved')}", src["pairs"]))
     built.sort(key=lambda b: paper_rank(b[0].get("name") or ""))
     sections, summary = [], []
-    for spec, df, warnings, origin, source in built:
+    for spec, df, warnings, origin, source, pairs in built:
         comp = spec.get("comparison") or {}
         sec = Section(f"{spec.get('name')}")
         sec.text(html.escape(spec.get("description") or ""))
@@ -344,6 +381,14 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
                                 "Δ CI": r.get("Δ CI"), "p": r.get("p"), "MDE": r.get("MDE"),
                                 "tasks this Δ needs": r.get("tasks this Δ needs"), "verdict": r["verdict"],
                                 "from": source})
+            if len(pairs):
+                sec.text("Between the other arms (later arm minus earlier, paired on the same tasks):")
+                sec.table(pairs)
+                for _, r in pairs[pairs["paper Δ (points)"].notna()].iterrows():
+                    summary.append({"ablation": spec.get("name"), "arm": f"{r['arm']} vs {r['against']}",
+                                    "paper Δ (points)": r["paper Δ (points)"], "ours Δ": r["Δ"], "Δ CI": r["Δ CI"],
+                                    "p": r["p"], "MDE": r["MDE"], "tasks this Δ needs": r["tasks this Δ needs"],
+                                    "verdict": r["verdict"], "from": source})
         else:
             sec.text("No arms: not an ablation recipe.")
         sections.append(sec)
