@@ -132,7 +132,27 @@ def test_rl_arms_show_what_their_grpo_saw_beside_pass1(tmp_path):
     assert raw["RL steps trained"] == "1/2" and ft["RL steps trained"] == "2/2"
     # fake_grpo's filtered fraction: 0.25 on a trained step, 1.0 on a skipped one
     assert ft["groups with signal"] == pytest.approx(0.75) and raw["groups with signal"] == pytest.approx(0.375)
+    assert raw["groups filtered"] == pytest.approx(0.625)
     assert pd_isna(rows.loc["SFT"].get("RL user"))
+
+
+def test_an_unfiltered_arms_groups_without_signal_are_counted_from_its_groups_not_its_filter(tmp_path):
+    """An arm without dynamic filtering drops nothing (filtered 0) but still draws groups whose episodes all
+    score the same: 'groups with signal' reads each group's scores (the advantage's input), not 1 - filtered."""
+    import kit.metrics as M
+
+    groups = [{"task": "a", "rewards": [0.0, 0.0, 1.0, 0.0], "kept": True},
+              {"task": "b", "rewards": [0.0, 0.0, 0.0, 0.0], "kept": True},
+              {"task": "c", "rewards": [1.0, 0.0, 1.0, 1.0], "scores": [0.75, 0.75, 0.75, 0.75], "kept": True},
+              {"task": "d", "rewards": [1.0, 0.0, 0.0, 0.0], "kept": True}]
+    arms = [({"name": "filtered", "label": "filtered"}, _rewards(set(range(10))), "u"),
+            ({"name": "unfiltered", "label": "unfiltered"}, _rewards(set(range(9))), "u")]
+    grpo = {"unfiltered": {"rewards": [0.3, 0.2], "params": {"group_size": 4},
+                           "extra": {M.FILTERED_FRAC: 0.0, M.GROUPS_KEPT: 4, "groups": groups}}}
+    run = fake_ablation_run(tmp_path, "ablation-f", arms, {"metric": "pass^1", "reference": "filtered"}, grpo=grpo)
+    row = ablation_rows(run, n_boot=200)[1].set_index("arm").loc["unfiltered"]
+    # a and d vary; b is all-fail; c's rewards vary but its penalized scores do not
+    assert row["groups filtered"] == 0.0 and row["groups with signal"] == pytest.approx(0.5)
 
 
 def pd_isna(x) -> bool:

@@ -101,11 +101,19 @@ def rl_columns(run: Optional[dict]) -> dict:
     kept = mean(M.GROUPS_KEPT)
     filtered = mean(M.FILTERED_FRAC)
     curve = validation_curve(run)
+    # a group has signal when its scores (rewards, less the failed-call penalty) differ: read from the groups
+    # metrics.jsonl lists, filtered or not (an unfiltered arm keeps groups without signal), pooled over every
+    # group drawn; without those lists, the mean over steps of what the filter dropped
+    drawn = [g for gs in (h["groups"] if "groups" in h else []) if isinstance(gs, list) for g in gs]
+    signal = (sum(len(set(g.get("scores") or g.get("rewards") or [])) > 1 for g in drawn) / len(drawn) if drawn
+              else None if filtered is None else 1.0 - filtered)
+    if drawn:  # the same pool of groups: the share the filter dropped, over every group drawn
+        filtered = sum(not g.get("kept", True) for g in drawn) / len(drawn)
     return {"validation pass^1 by step": " -> ".join(f"{s}: {p:.3f}" for s, _, p in curve) or None,
             CURVE: [[e, p] for _, e, p in curve if e is not None] or None,
             "RL steps trained": f"{o.trained_steps}/{o.steps}", "RL episodes": o.episodes,
             "RL reward (mean)": mean(M.REWARD_MEAN), "RL reward sd (in a step)": mean(M.REWARD_STD),
-            "groups with signal": None if filtered is None else 1.0 - filtered,
+            "groups with signal": signal, "groups filtered": filtered,
             "effective batch (episodes/step)": kept * g if kept is not None and g else None,
             "resamples": int(h[M.GROUPS_RESAMPLES].sum()) if M.GROUPS_RESAMPLES in h and len(h) else None,
             "RL user": o.user_tag, "RL user request stated": mean(M.REQUEST_STATED_RATE),
