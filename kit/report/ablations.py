@@ -225,22 +225,30 @@ def _settings(meta: dict) -> dict:
             "trials": meta.get("trials")}
 
 
-def _last_evals(data: dict, arms: list[dict]) -> dict[str, Optional[dict]]:
-    """{arm name: its last evaluation, or None}."""
-    return {a["name"]: next((e for e in reversed(data["evals"]) if e["arm"] == a["name"]), None) for a in arms}
-
-
-def arm_pairs(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> pd.DataFrame:
-    """The paired difference between every two evaluated arms that are not the reference (the main table pairs
-    each with the reference), later arm minus earlier in the recipe's order, with the paper's difference where
-    both arms have a paper number: the paper's other orderings (fine-tuned user > raw user, 8x64 > 16x16)."""
-    from kit.eval.paired import outcomes_by_task, paired_difference
-
-    data = collect(run_folder(run_dir))
+def _arms_of(data: dict) -> tuple[dict, list[dict], Optional[str], dict[str, Optional[dict]]]:
+    """(the recipe's spec, its arms, the reference arm's name, {arm name: its last evaluation or None}) of a
+    collected run (kit.report.run_data.collect)."""
     spec = ((data["manifest"].get("recipe") or {}).get("parsed")) or {}
     arms = spec.get("arms") or []
     ref_name = (spec.get("comparison") or {}).get("reference") or default_reference(arms)
-    last = _last_evals(data, arms)
+    last = {a["name"]: next((e for e in reversed(data["evals"]) if e["arm"] == a["name"]), None) for a in arms}
+    return spec, arms, ref_name, last
+
+
+def _paired_columns(d, delta_key: str) -> dict:
+    """A paired difference (kit.eval.paired.PairedDiff) as the page's columns."""
+    return {delta_key: d.diff, "Δ CI": f"[{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}]", "p": d.p_value, "MDE": d.mde,
+            "paired tasks": d.n_tasks, "tasks this Δ needs": tasks_needed(d.diff, d.mde_sd)}
+
+
+def arm_pairs(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95, data: Optional[dict] = None) -> pd.DataFrame:
+    """The paired difference between every two evaluated arms that are not the reference (the main table pairs
+    each with the reference), later arm minus earlier in the recipe's order, with the paper's difference where
+    both arms have a paper number: the paper's other orderings (fine-tuned user > raw user, 8x64 > 16x16).
+    `data`: the run already collected (kit.report.run_data.collect), not read again."""
+    from kit.eval.paired import outcomes_by_task, paired_difference
+
+    _, arms, ref_name, last = _arms_of(data if data is not None else collect(run_folder(run_dir)))
     done = [a for a in arms if a["name"] != ref_name and last[a["name"]] is not None]
     rows = []
     for i, a in enumerate(done):
@@ -249,24 +257,19 @@ def arm_pairs(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> pd.D
             d = paired_difference(outcomes_by_task(last[a["name"]]["episodes"]),
                                   outcomes_by_task(last[b["name"]]["episodes"]), la, lb, ci=ci, n_boot=n_boot)
             paper = b["paper"] - a["paper"] if a.get("paper") is not None and b.get("paper") is not None else None
-            rows.append({"arm": lb, "against": la, "Δ": d.diff, "Δ CI": f"[{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}]",
-                         "p": d.p_value, "MDE": d.mde, "paired tasks": d.n_tasks,
-                         "tasks this Δ needs": tasks_needed(d.diff, d.mde_sd), "paper Δ (points)": paper,
+            rows.append({"arm": lb, "against": la, **_paired_columns(d, "Δ"), "paper Δ (points)": paper,
                          "verdict": verdict(paper, d.diff, d.ci95, d.p_value)})
     return pd.DataFrame(rows)
 
 
-def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> tuple[dict, pd.DataFrame, list[str]]:
-    """(the recipe's spec, one row per arm, warnings) of one ablation run folder."""
+def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95,
+                  data: Optional[dict] = None) -> tuple[dict, pd.DataFrame, list[str]]:
+    """(the recipe's spec, one row per arm, warnings) of one ablation run folder (`data`: already collected)."""
     from kit.eval.paired import outcomes_by_task, paired_difference
     from kit.report.build import bootstrap_pass1
 
-    data = collect(run_folder(run_dir))
-    spec = ((data["manifest"].get("recipe") or {}).get("parsed")) or {}
-    arms = spec.get("arms") or []
-    comp = spec.get("comparison") or {}
-    ref_name = comp.get("reference") or default_reference(arms)
-    last = _last_evals(data, arms)
+    data = data if data is not None else collect(run_folder(run_dir))
+    spec, arms, ref_name, last = _arms_of(data)
     ref_arm = next((a for a in arms if a["name"] == ref_name), None)
     ref_ev = last.get(ref_name)
     grpo = {r["arm"]: r for r in data["grpo_runs"]}  # an arm's (last) GRPO stage
@@ -286,9 +289,7 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95) -> 
         if ref_ev is not None and arm["name"] != ref_name:
             d = paired_difference(outcomes_by_task(ref_ev["episodes"]), outcomes_by_task(ev["episodes"]),
                                   ref_arm.get("label") or ref_name, row["arm"], ci=ci, n_boot=n_boot)
-            row.update({"Δ vs reference": d.diff, "Δ CI": f"[{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}]", "p": d.p_value,
-                        "MDE": d.mde, "paired tasks": d.n_tasks,
-                        "tasks this Δ needs": tasks_needed(d.diff, d.mde_sd)})
+            row.update(_paired_columns(d, "Δ vs reference"))
             if d.unmatched:
                 warnings.append(f"{row['arm']}: {d.unmatched} tasks scored in only one of it and the reference "
                                 "(left out of the difference)")
@@ -339,6 +340,13 @@ def saved_sections(report_dir: str | Path, skip: set[str]) -> list[tuple[dict, p
     return found
 
 
+def _summary_row(spec: dict, arm: str, r, delta_key: str, source: str) -> dict:
+    """One line of the page's summary of directions from an arm's row or a pair's."""
+    return {"ablation": spec.get("name"), "arm": arm, "paper Δ (points)": r.get("paper Δ (points)"),
+            "ours Δ": r.get(delta_key), "Δ CI": r.get("Δ CI"), "p": r.get("p"), "MDE": r.get("MDE"),
+            "tasks this Δ needs": r.get("tasks this Δ needs"), "verdict": r["verdict"], "from": source}
+
+
 def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: str = "Ablations",
                    n_boot: int = 2000, ci: float = 0.95, status: Optional[dict] = None,
                    carry_saved: bool = True) -> Path:
@@ -353,8 +361,9 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
     built = []
     for d in run_dirs:
         run = run_folder(d)
-        spec, df, warnings = ablation_rows(run, n_boot, ci)
-        pairs = arm_pairs(run, n_boot, ci)
+        data = collect(run)
+        spec, df, warnings = ablation_rows(run, n_boot, ci, data=data)
+        pairs = arm_pairs(run, n_boot, ci, data=data)
         save_rows(out, run, spec, df, warnings, pairs)
         origin = (f"run folder <code>{html.escape(str(run))}</code>"
                   + (f"; this batch: {html.escape(str((status or {}).get(run.name)))}" if (status or {}).get(run.name)
@@ -384,19 +393,12 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
                 sec.figure(fig)
             sec.table(df.drop(columns=[CURVE], errors="ignore"))
             for _, r in df[~df["reference"].astype(bool)].iterrows():
-                summary.append({"ablation": spec.get("name"), "arm": r["arm"],
-                                "paper Δ (points)": r.get("paper Δ (points)"), "ours Δ": r.get("Δ vs reference"),
-                                "Δ CI": r.get("Δ CI"), "p": r.get("p"), "MDE": r.get("MDE"),
-                                "tasks this Δ needs": r.get("tasks this Δ needs"), "verdict": r["verdict"],
-                                "from": source})
+                summary.append(_summary_row(spec, r["arm"], r, "Δ vs reference", source))
             if len(pairs):
                 sec.text("Between the other arms (later arm minus earlier, paired on the same tasks):")
                 sec.table(pairs)
                 for _, r in pairs[pairs["paper Δ (points)"].notna()].iterrows():
-                    summary.append({"ablation": spec.get("name"), "arm": f"{r['arm']} vs {r['against']}",
-                                    "paper Δ (points)": r["paper Δ (points)"], "ours Δ": r["Δ"], "Δ CI": r["Δ CI"],
-                                    "p": r["p"], "MDE": r["MDE"], "tasks this Δ needs": r["tasks this Δ needs"],
-                                    "verdict": r["verdict"], "from": source})
+                    summary.append(_summary_row(spec, f"{r['arm']} vs {r['against']}", r, "Δ", source))
         else:
             sec.text("No arms: not an ablation recipe.")
         sections.append(sec)
