@@ -52,6 +52,9 @@ class RoundRow:
     # validation off: accepted tasks that a check would have rejected, and per check how many it flagged
     unvalidated: int
     unvalidated_checks: str         # "gold_runs:2 grounded_args:1" (a task flagged by two checks counts in both)
+    # agent SFT samples (SFT pool) from rollouts that failed their checker: what trajectory validation drops
+    # (kit/engine/run.py `_sft`), so 0 with validation on
+    unvalidated_samples: int
     fidelity_templated: int
     episodes: int
     pass_rate: Optional[float]      # kit.metrics.PASS_RATE
@@ -178,6 +181,8 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit], pools: dict[str
         **{f"reject_{c.value}": rej.get(c, 0) for c in Check},
         unvalidated=len(flagged),
         unvalidated_checks=_counts_text(Counter(c.value for whys in flagged for c in {w.check for w in whys})),
+        unvalidated_samples=sum(pools.get(s.get("task_id")) == "sft" and s.get("meta", {}).get("source") == "engine"
+                                and (s.get("reward") or 0.0) < 1.0 for u in units for s in u.samples("agent")),
         fidelity_templated=sum(any(str(x).startswith("fidelity:") for x in p["repairs"]) for p in props),
         episodes=len(trajs), pass_rate=round(sum(rewards) / len(rewards), 4) if rewards else None,
         **{f"failures_{k}": labels.get(k, 0) for k in FAILURE_LABELS},
