@@ -317,3 +317,22 @@ def test_arms_other_than_the_reference_are_paired_with_each_other_too(tmp_path):
     import shutil
     shutil.rmtree(tmp_path / "runs")                             # a later page without the folder still shows them
     assert "raw user vs fine-tuned user" in ablations_page([], reports, n_boot=200).read_text()
+
+
+def test_engine_columns_total_the_rounds_and_count_the_rollouts_validation_would_have_dropped():
+    """The data block of an engine arm's row, from its rounds.csv (a hand-made one): totals, rollouts with how
+    many passed, the agent SFT samples from failed rollouts, per-round entropy; none where nothing rolled out."""
+    import pandas as pd
+
+    from kit.report.ablations import engine_columns
+
+    rounds = pd.DataFrame({"proposals": [24, 24], "accepted": [20, 22], "sft_agent": [70, 80], "sft_ungrounded": [3, 1],
+                           "unvalidated": [0, 1], "episodes": [20, 22], "pass_rate": [0.1, 0.0],
+                           "unvalidated_samples": [40, 51], "pattern_entropy": [1.5, 1.75], "write_coverage": [1.0, 0.5]})
+    cols = engine_columns({"rounds": rounds})
+    assert cols["data: accepted"] == 42 and cols["data: SFT samples"] == 150 and cols["data: unvalidated accepted"] == 1
+    assert cols["data: rollouts (passed)"] == "42 (2)" and cols["data: SFT samples from failed rollouts"] == 91
+    assert cols["data: pattern entropy per round (bits)"] == "1.50 -> 1.75"
+    none = engine_columns({"rounds": rounds.assign(episodes=[0, 0], pass_rate=[float("nan")] * 2)})
+    assert none["data: rollouts (passed)"] is None
+    assert engine_columns(None) == {}

@@ -216,7 +216,11 @@ def test_round_stats_is_a_pure_function_whose_fields_are_the_rounds_csv_columns(
     fail = {"task_id": "t0", "label": "agent", "rule": "wrong_write", "evidence": "x"}
     summary = {"unit": "r0-p0", "round": 0, "samples_agent": 3, "samples_user": 1, "sft_ungrounded": 1,
                "choice_fallbacks": 0, "wall_s": 2.0}
-    samples = [{"task_id": "t0"}, {"task_id": "t0"}, {"task_id": "t9"}]  # t9: a task of another round
+    # t9: a task of another round; the second t0 sample is a turn of the failed rollout (what trajectory
+    # validation drops), the third t0 one of the passed rollout, the first a gold dialogue's
+    samples = [{"task_id": "t0", "meta": {"source": "gold"}, "reward": 1.0},
+               {"task_id": "t0", "meta": {"source": "engine"}, "reward": 0.0},
+               {"task_id": "t9"}, {"task_id": "t0", "meta": {"source": "engine"}, "reward": 1.0}]
     units = [CommittedUnit(summary, {"proposals.jsonl": [prop], "trajectories.jsonl": trajs, "failures.jsonl": [fail],
                                      "samples_agent.jsonl": samples, "samples_user.jsonl": samples[:1]}),
              CommittedUnit({**summary, "unit": "r0-p1", "wall_s": 1.0}, {"proposals.jsonl": [bad]})]
@@ -226,9 +230,10 @@ def test_round_stats_is_a_pure_function_whose_fields_are_the_rounds_csv_columns(
     assert (row.sft_pool, row.rl_pool, row.sft_user) == (1, 0, 1)
     in_rl = round_stats(0, plans, units, {"t0": "rl", "t9": "sft"})  # t0 in the RL pool: its samples are not SFT data
     assert (in_rl.sft_pool, in_rl.rl_pool, in_rl.sft_agent, in_rl.sft_user) == (0, 1, 1, 0)
+    assert (row.unvalidated_samples, in_rl.unvalidated_samples) == (1, 0)
     assert (row.proposals, row.built, row.accepted, row.acceptance_rate, row.reject_synthesis) == (2, 1, 1, 0.5, 1)
     assert (row.episodes, row.pass_rate, row.user_deviation_rate, row.failures_agent) == (2, 0.5, 0.5, 1)
-    assert (row.fidelity_templated, row.repaired, row.sft_agent, row.sft_ungrounded, row.wall_s) == (1, 1, 3, 2, 3.0)
+    assert (row.fidelity_templated, row.repaired, row.sft_agent, row.sft_ungrounded, row.wall_s) == (1, 1, 4, 2, 3.0)
     stats, examples, patterns = plan_feedback(plans, units)
     assert stats["plan1"]["rejections"] == {SynthesisFailure.WRITE_FAILED: 1} and stats["plan0"]["episodes"] == 2
     assert examples["plan1"] == ["synthesis: write_failed: create_task failed after 2 repairs (x)"]
@@ -539,6 +544,29 @@ def test_raw_synthesis_without_validation_lets_defects_in_and_counts_them(tmp_pa
     per_check = Counter(c for cs in flagged.values() for c in cs)
     assert row["unvalidated_checks"] == " ".join(f"{k}:{v}" for k, v in sorted(per_check.items(),
                                                                                key=lambda kv: (-kv[1], kv[0])))
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("engine_mock_run")  # the validated run is mock_run
+def test_without_validation_failed_rollouts_become_sft_data_and_are_counted(mock_run, tmp_path):
+    """Trajectory validation, on tiny real runs (embedded model, mock, one rollout per task): with validation on
+    (mock_run) no turn of a rollout that failed its checker is SFT data; with it off, those turns are kept and
+    rounds.csv's `unvalidated_samples` counts exactly them (the no_validation ablation's defects)."""
+    def failed_rollout_turns(out):
+        return [s for s in read_jsonl(out / "sft_agent.jsonl")
+                if s["meta"].get("source") == "engine" and (s.get("reward") or 0.0) < 1.0]
+
+    cfg, _ = mock_run
+    on = Path(cfg.out_dir)
+    assert any(t["meta"]["reward"] < 1 for t in read_jsonl(on / "trajectories.jsonl"))  # there was something to drop
+    assert failed_rollout_turns(on) == []
+    assert sum(int(r["unvalidated_samples"]) for r in read_jsonl_csv(on / "rounds.csv")) == 0
+    off = tmp_path / "off"
+    run_engine(cfg.model_copy(update={"out_dir": str(off), "validation": False, "rounds": 1, "rl_share": 0.0}),
+               progress=False)
+    kept = failed_rollout_turns(off)
+    assert len(kept) >= 1
+    assert sum(int(r["unvalidated_samples"]) for r in read_jsonl_csv(off / "rounds.csv")) == len(kept)
 
 
 @pytest.mark.slow
