@@ -19,12 +19,14 @@ class EngineKnobs(BaseModel):
     group_size: int = Field(default=2, ge=0, description="G rollouts per accepted task (0: no rollouts).")
     validation: bool = Field(default=True, description="off = the task checks still run and are counted (rounds.csv "
                              "`unvalidated`: accepted tasks a check would have rejected) but reject nothing, and "
-                             "rollouts are not filtered; the held-out guard and the LLM judge apply either way.")
+                             "rollouts are not filtered (`unvalidated_samples`: agent SFT samples from rollouts that "
+                             "failed their checker); the held-out guard and the LLM judge apply either way.")
     raw_synthesis: bool = Field(default=False, description="The synthesizer keeps what the model wrote: no world "
                                 "candidates (every write argument chosen or written by the model), no re-choice of a "
                                 "write that errors or changes nothing, a flagged free-text value kept, the model's "
                                 "scenario text kept where the fidelity gate finds a problem. Defects for validation "
-                                "to catch (the no_validation ablation runs both arms with it).")
+                                "to catch at the task level (the no_validation ablation's first design ran both arms with it; "
+                                "docs/ablations.md).")
     evolution: bool = Field(default=True, description="off = plans stay as the meta-planner wrote them.")
     llm_judge: bool = Field(default=True, description="The validator's model judgment after the executable checks.")
     judge_threshold: float = Field(default=0.7, ge=0.0, le=1.0, description="Reject when the judge's P(no) exceeds it.")
