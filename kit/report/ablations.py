@@ -194,8 +194,8 @@ def engine_columns(run: Optional[dict]) -> dict:
     return {"data: proposals": total("proposals"), "data: accepted": total("accepted"),
             "data: SFT samples": total(M.AGENT_SAMPLES), "data: dropped ungrounded": total("sft_ungrounded"),
             "data: unvalidated accepted": total("unvalidated"),
-            "data: rollouts (passed)": (f"{total('episodes')} ({round(float((r['pass_rate'] * r['episodes']).sum()))})"
-                                        if total("episodes") and "pass_rate" in r else None),
+            "data: rollouts (passed)": (f"{total('episodes')} ({round(float((r[M.PASS_RATE] * r['episodes']).sum()))})"
+                                        if total("episodes") and M.PASS_RATE in r else None),
             "data: SFT samples from failed rollouts": total("unvalidated_samples"),
             "data: pattern entropy per round (bits)": per_round("pattern_entropy", "{:.2f}"),
             "data: write-tool coverage per round": per_round("write_coverage", "{:.2f}")}
