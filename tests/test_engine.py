@@ -23,7 +23,8 @@ from kit.engine.edits import Harder, Hint, Keep, Persona, Simplify, SwitchTools,
 from kit.engine.plans import PlanPair, Slice, diversity, load_plans, lookup_param, save_plans, similarity, tool_patterns
 from kit.engine.reflect import HINTS, _apply, _edits
 from kit.engine.records import Check, CommittedUnit, Rejection, SynthesisFailure, UnitResult
-from kit.engine.rounds import ROUND_COLUMNS, RoundRow, plan_feedback, round_stats, write_rounds_csv
+from kit.engine.rounds import (ROUND_COLUMNS, RoundRow, from_failed_rollout, plan_feedback, round_stats,
+                               write_rounds_csv)
 from kit.engine.store import RunStore, read_jsonl
 from kit.engine.choice import strip_lead_in
 from kit.engine.synthesize import Pool, free_value_problem
@@ -556,8 +557,7 @@ def test_trajectory_validation_keeps_no_turn_of_a_failed_rollout(mock_run):
     cfg, _ = mock_run
     on = Path(cfg.out_dir)
     assert any(t["meta"]["reward"] < 1 for t in read_jsonl(on / "trajectories.jsonl"))  # there was something to drop
-    assert [s for s in read_jsonl(on / "sft_agent.jsonl")
-            if s["meta"].get("source") == "engine" and (s.get("reward") or 0.0) < 1.0] == []
+    assert [s for s in read_jsonl(on / "sft_agent.jsonl") if from_failed_rollout(s)] == []
     assert sum(int(r["unvalidated_samples"]) for r in read_jsonl_csv(on / "rounds.csv")) == 0
 
 

@@ -155,6 +155,12 @@ def task_mix(tasks: list, write_tools: frozenset[str]) -> TaskMix:
     return TaskMix(kinds, tools, patterns, len(tasks), frozenset(write_tools))
 
 
+def from_failed_rollout(sample: dict) -> bool:
+    """An SFT sample (a samples_*.jsonl row) taken from an engine rollout that failed its checker: what
+    trajectory validation keeps out of the SFT data."""
+    return sample.get("meta", {}).get("source") == "engine" and (sample.get("reward") or 0.0) < 1.0
+
+
 def round_stats(r: int, plans: list, units: list[CommittedUnit], pools: dict[str, str],
                 write_tools: frozenset[str] = frozenset()) -> RoundRow:
     """Round `r`'s row of rounds.csv from its plans, its committed units (read with their samples
@@ -181,8 +187,8 @@ def round_stats(r: int, plans: list, units: list[CommittedUnit], pools: dict[str
         **{f"reject_{c.value}": rej.get(c, 0) for c in Check},
         unvalidated=len(flagged),
         unvalidated_checks=_counts_text(Counter(c.value for whys in flagged for c in {w.check for w in whys})),
-        unvalidated_samples=sum(pools.get(s.get("task_id")) == "sft" and s.get("meta", {}).get("source") == "engine"
-                                and (s.get("reward") or 0.0) < 1.0 for u in units for s in u.samples("agent")),
+        unvalidated_samples=sum(pools.get(s.get("task_id")) == "sft" and from_failed_rollout(s)
+                                for u in units for s in u.samples("agent")),
         fidelity_templated=sum(any(str(x).startswith("fidelity:") for x in p["repairs"]) for p in props),
         episodes=len(trajs), pass_rate=round(sum(rewards) / len(rewards), 4) if rewards else None,
         **{f"failures_{k}": labels.get(k, 0) for k in FAILURE_LABELS},
