@@ -144,3 +144,18 @@ def test_error_penalty_tells_a_clean_success_from_one_sprayed_with_failed_calls(
     assert adv[0] > 0 > adv[1] and adv[2] > 0 > adv[3]
     with pytest.raises(ValueError):
         GRPOConfig(error_penalty=-0.1)
+
+
+def test_a_resample_limit_caps_the_budget_and_is_shared_out_over_the_processes():
+    """What is left of an episode budget (`resample_limit`, in tasks) caps the step's resamples below
+    resample_budget; two processes split the cap as they split the budget."""
+    cfg = GRPOConfig(group_size=2, tasks_per_step=4, resample_budget=5, filter_mode="all_equal", seed=0)
+    for rank, cap in ((0, 2), (1, 1)):  # limit 3 over 2 processes; every group is filtered
+        rollout, calls = rollout_log()
+        kept, seen, m = collect_groups(TaskDraws(TASKS, seed=0, process_index=rank), procs(rank, 2), cfg, 0,
+                                       rollout, mixed_unless({t.id for t in TASKS}), resample_limit=3)
+        assert m[M.GROUPS_RESAMPLES] == cap and len(seen) == 2 + cap
+    rollout, calls = rollout_log()
+    kept, seen, m = collect_groups(TaskDraws(TASKS, seed=0), procs(0, 1), cfg, 0, rollout,
+                                   mixed_unless({t.id for t in TASKS}), resample_limit=0)
+    assert m[M.GROUPS_RESAMPLES] == 0 and len(calls) == 1 and len(seen) == 4

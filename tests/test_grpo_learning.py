@@ -214,6 +214,22 @@ def test_an_episode_budget_stops_training_at_equal_rollout_cost_and_survives_a_r
     assert again.episodes_scored == 4 and [m["episodes/total"] for m in again.train()] == [6]
 
 
+def test_a_step_never_overshoots_the_episode_budget_resamples_stop_where_it_does(tokenizer):
+    """Every group is filtered (reward 0 whatever the reply: the loop's counting is under test, not learning),
+    so each step resamples. Budget 7 at G = 2, B = 1 and 3 resamples a step: the first step may resample only 2
+    tasks (2 + 2 x 2 = 6 episodes), and a second step (2 more) would pass 7, so none starts."""
+    task = PromptTask("pet", "Name an animal: cat or dog? Answer with one word.")
+    cfg = small_cfg(group_size=2, tasks_per_step=1, resample_budget=3, filter_mode="all_equal", train_steps=5,
+                    episode_budget=7)
+    tr = GRPOTrainer(tiny_llama(tokenizer), tokenizer, [task], cfg, rollout_fn=single_turn(2),
+                     reward_fn=lambda task, traj: 0.0, agent_system=SYSTEM)
+    history = tr.train()
+    assert [m["episodes/total"] for m in history] == [6] and [m["groups/resamples"] for m in history] == [2]
+    assert tr.budget_spent and history[0]["skip_reason"]
+    with pytest.raises(ValueError, match="episode_budget"):
+        small_cfg(group_size=4, tasks_per_step=2, episode_budget=7)  # below one step's 8 episodes
+
+
 @pytest.mark.slow
 def test_grpo_raises_the_embedded_models_reward_for_saying_dog():
     """SmolLM2-135M asked "cat or dog?" mostly answers cat (measured: ~60% cat, ~12% dog at T=1).

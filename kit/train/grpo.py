@@ -228,7 +228,8 @@ class GRPOTrainer:
         skipped step says why (`skip_reason`)."""
         t0 = time.perf_counter()
         self.policy.eval()
-        kept, seen, m = collect_groups(self.draws, self.procs, self.cfg, self.step_idx, self._rollout, self.reward_fn)
+        kept, seen, m = collect_groups(self.draws, self.procs, self.cfg, self.step_idx, self._rollout, self.reward_fn,
+                                       resample_limit=self._resamples_left())
         if seen:
             m.update(episode_metrics(seen, self.domain))
         # which task each group was and how it scored (this process's groups; metrics.jsonl only, W&B logs numbers):
@@ -315,8 +316,18 @@ class GRPOTrainer:
 
     @property
     def budget_spent(self) -> bool:
-        """The episode budget (cfg.episode_budget) is used up: no further step."""
-        return self.cfg.episode_budget is not None and self.episodes_scored >= self.cfg.episode_budget
+        """What is left of the episode budget (cfg.episode_budget) does not hold one more step's G x B
+        episodes: no further step (a step never overshoots the budget)."""
+        c = self.cfg
+        return c.episode_budget is not None and c.episode_budget - self.episodes_scored < c.group_size * c.tasks_per_step
+
+    def _resamples_left(self) -> int | None:
+        """Resampled tasks this step may roll out within the episode budget (after its G x B episodes);
+        None without a budget (cfg.resample_budget alone)."""
+        c = self.cfg
+        if c.episode_budget is None:
+            return None
+        return max(0, c.episode_budget - self.episodes_scored - c.group_size * c.tasks_per_step) // c.group_size
 
     def _server_failed(self, e: EndpointError, checkpoint_dir: str | Path | None) -> EndpointError:
         """The error GRPO stops with when a server is down (after the backend's retries): which server,

@@ -35,10 +35,12 @@ class GRPOKnobs(LoRAKnobs):
     model_config = ConfigDict(extra="forbid")
 
     train_steps: int = Field(default=100, ge=0, description="Optimizer steps `train()` runs.")
-    episode_budget: Optional[int] = Field(default=None, ge=1, description="Stop once this many rollout episodes "
-                                          "were scored (resamples included; probes and learning-curve episodes "
-                                          "not), even before train_steps: arms of different batch shapes or "
-                                          "filtering compared at the same rollout cost. None: train_steps alone.")
+    episode_budget: Optional[int] = Field(default=None, ge=1, description="At most this many rollout episodes "
+                                          "scored (resamples included; probes and learning-curve episodes not), "
+                                          "even before train_steps: a step starts only while its G x B episodes "
+                                          "fit, and its resamples stop where the budget does, so no arm overshoots "
+                                          "it (arms of different batch shapes or filtering compared at the same "
+                                          "rollout cost). None: train_steps alone.")
     group_size: int = Field(default=8, ge=2, description="G: episodes per task; the group their advantages are "
                             "normalised in (paper: 8-16).")
     tasks_per_step: int = Field(default=16, ge=1, description="B: groups kept per optimizer step (paper: 16).")
@@ -141,6 +143,10 @@ class GRPOKnobs(LoRAKnobs):
         if self.band_min > self.band_max:
             raise ValueError(f"band_min ({self.band_min}) is above band_max ({self.band_max}): the curriculum's "
                              "band would be empty; the band is [band_min, band_max]")
+        if self.episode_budget is not None and self.episode_budget < self.group_size * self.tasks_per_step:
+            raise ValueError(f"episode_budget ({self.episode_budget}) is below one step's group_size x tasks_per_step "
+                             f"({self.group_size} x {self.tasks_per_step} = {self.group_size * self.tasks_per_step} "
+                             "episodes): no step would run; raise episode_budget or shrink the batch")
         if self.eval_trials > 1 and self.eval_temperature == 0:
             raise ValueError("eval_trials > 1 at eval_temperature 0 repeats one greedy episode; set "
                              "eval_temperature (e.g. 0.6) or eval_trials: 1")

@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from kit import metrics as M
 from kit.train.grpo_config import GRPOConfig
@@ -122,16 +122,20 @@ def collect_groups(
     step_idx: int,
     rollout: Callable[[list, int], list],
     reward_fn: Callable[[Any, Any], float],
+    resample_limit: Optional[int] = None,
 ) -> tuple[list[Group], list[Group], dict]:
     """Roll out this process's share of the B groups (`rollout(tasks, seed)` -> one trajectory per
     task, in order), score them, filter (`cfg.filter_mode`), resample until the share is kept or the
-    budget is spent. Returns (kept, every group seen, metrics)."""
+    budget is spent. `resample_limit` caps the step's resampled tasks below `cfg.resample_budget` (what
+    is left of `cfg.episode_budget` after the batch, in groups), shared out over the processes the same
+    way. Returns (kept, every group seen, metrics)."""
     c, G, W, r = cfg, cfg.group_size, procs.count, procs.index
     todo = draws.draw(c.tasks_per_step)[r::W]
     share = len(todo)
     kept: list[Group] = []
     seen: list[Group] = []
-    budget = budget0 = c.resample_budget // W + (r < c.resample_budget % W)
+    total = c.resample_budget if resample_limit is None else max(0, min(c.resample_budget, resample_limit))
+    budget = budget0 = total // W + (r < total % W)
     rnd, score_s = 0, 0.0
     while todo:  # a process with no share (W > B) rolls out nothing
         seed = ((c.seed * 1009 + r) * 100_003 + step_idx) * 101 + rnd  # distinct per process, step, round
