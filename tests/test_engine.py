@@ -562,6 +562,24 @@ def test_trajectory_validation_keeps_no_turn_of_a_failed_rollout(mock_run):
 
 
 @pytest.mark.slow
+def test_without_trajectory_validation_a_failed_rollout_is_sft_data_and_counted(tmp_path):
+    """The no_validation arm's rollout defects on a tiny real run (embedded model as assistant and user, mock, one
+    task, one rollout): with validation off, the failed dialogue's turns become SFT samples, and rounds.csv's
+    `unvalidated_samples` counts exactly those (the validated run keeping none is
+    test_trajectory_validation_keeps_no_turn_of_a_failed_rollout)."""
+    out = tmp_path / "off"
+    cfg = EngineConfig(domain="mock", out_dir=str(out), rounds=1, num_plans=1, tasks_per_plan=1, group_size=1,
+                       max_messages=4, max_new_tokens=32, user_max_new_tokens=32, llm_judge=False, wandb=False,
+                       seed=1, rl_share=0.0, validation=False)
+    run_engine(cfg, progress=False)
+    failed = {t["id"] for t in read_jsonl(out / "trajectories.jsonl") if t["meta"]["reward"] < 1}
+    assert failed, "the base model passed its rollout: nothing for validation to catch in this run"
+    kept = [s for s in read_jsonl(out / "sft_agent.jsonl") if from_failed_rollout(s)]
+    assert kept and {s["trajectory_id"] for s in kept} <= failed
+    assert sum(int(r["unvalidated_samples"]) for r in read_jsonl_csv(out / "rounds.csv")) == len(kept)
+
+
+@pytest.mark.slow
 @pytest.mark.xdist_group("engine_mock_run")
 def test_audit_reports_a_duplicate_task_and_counts_ungrounded_sft_samples(mock_run, tmp_path):
     """The audit reruns the duplicate check over the whole accepted set and reads rounds.csv's ungrounded
