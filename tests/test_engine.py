@@ -538,6 +538,9 @@ def test_raw_synthesis_without_validation_lets_defects_in_and_counts_them(tmp_pa
     assert res.accepted == sum(p["accepted"] for p in props)
     assert all(not p["reasons"] or p["reasons"][0]["check"] in ("synthesis", "held_out", "llm_judge") for p in props)
     assert any(p["unrepaired"] for p in props)  # what raw synthesis kept that a repair would have changed
+    samples = read_jsonl(out / "samples_agent.jsonl")  # both pools' (gold dialogues: group_size 0)
+    assert samples and {s["task_id"] for s in samples} & set(flagged)
+    assert all(s["meta"]["validated"] == (s["task_id"] not in flagged) for s in samples)  # what validated_only drops
     mock = load_domain("mock")
     for t in read_jsonl(out / "tasks.jsonl"):
         found = {r.check.value for r in executable_checks(mock, Task.model_validate(t))}
@@ -566,17 +569,27 @@ def test_without_trajectory_validation_a_failed_rollout_is_sft_data_and_counted(
     """The no_validation arm's rollout defects on a tiny real run (embedded model as assistant and user, mock, one
     task, one rollout): with validation off, the failed dialogue's turns become SFT samples, and rounds.csv's
     `unvalidated_samples` counts exactly those (the validated run keeping none is
-    test_trajectory_validation_keeps_no_turn_of_a_failed_rollout)."""
+    test_trajectory_validation_keeps_no_turn_of_a_failed_rollout). The full arm's data out of that same run
+    (sft_agent's `validated_only`) is the SFT data of the same engine with validation on, turn for turn."""
+    from kit.stages.sft import Config as SFTStageConfig, training_samples
+
     out = tmp_path / "off"
-    cfg = EngineConfig(domain="mock", out_dir=str(out), rounds=1, num_plans=1, tasks_per_plan=1, group_size=1,
-                       max_messages=4, max_new_tokens=32, user_max_new_tokens=32, llm_judge=False, wandb=False,
-                       seed=1, rl_share=0.0, validation=False)
-    run_engine(cfg, progress=False)
+    knobs = dict(domain="mock", rounds=1, num_plans=1, tasks_per_plan=1, group_size=1, max_messages=4,
+                 max_new_tokens=32, user_max_new_tokens=32, llm_judge=False, wandb=False, seed=1, rl_share=0.0)
+    run_engine(EngineConfig(out_dir=str(out), validation=False, **knobs), progress=False)
     failed = {t["id"] for t in read_jsonl(out / "trajectories.jsonl") if t["meta"]["reward"] < 1}
     assert failed, "the base model passed its rollout: nothing for validation to catch in this run"
-    kept = [s for s in read_jsonl(out / "sft_agent.jsonl") if from_failed_rollout(s)]
+    samples = read_jsonl(out / "sft_agent.jsonl")
+    kept = [s for s in samples if from_failed_rollout(s)]
     assert kept and {s["trajectory_id"] for s in kept} <= failed
     assert sum(int(r["unvalidated_samples"]) for r in read_jsonl_csv(out / "rounds.csv")) == len(kept)
+    assert [s for s in samples if not s["meta"]["validated"]] == kept
+
+    run_engine(EngineConfig(out_dir=str(tmp_path / "on"), validation=True, **knobs), progress=False)
+    for role in ("agent", "user"):
+        view, _ = training_samples(SFTStageConfig(domain="mock", data=str(out), validated_only=True), role, st=None)
+        on = read_jsonl(tmp_path / "on" / f"sft_{role}.jsonl")
+        assert view and [(s.prompt, s.completion) for s in view] == [(s["prompt"], s["completion"]) for s in on], role
 
 
 @pytest.mark.slow

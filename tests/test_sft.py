@@ -315,3 +315,22 @@ def test_max_tasks_keeps_every_sample_of_the_first_tasks_and_no_other(mock_sampl
     assert {s.task_id for s in kept} == set(order[:2])
     everything, _ = training_samples(Config(domain="mock", data=str(tmp_path)), "agent", st=None)
     assert len(everything) == len(agent) > len(kept)
+
+
+def test_validated_only_trains_on_the_marked_samples_and_refuses_unmarked_ones(mock_samples, tmp_path):
+    """sft_agent's `validated_only` (the full arm of the no_validation ablation, out of an engine run with validation
+    off) keeps the samples whose meta says validation keeps them, in order; samples of an engine run older than the
+    mark are an error that names the file, never a silent 'all of them'. (The mark itself is the engine's, checked
+    on a real run in tests/test_engine.py.)"""
+    from kit.stages.sft import Config, training_samples
+
+    agent, _ = mock_samples
+    write_samples(agent, tmp_path / "sft_agent.jsonl")
+    with pytest.raises(ValueError, match=r"validated_only: \d+ of \d+ samples in .*sft_agent.jsonl carry no"):
+        training_samples(Config(domain="mock", data=str(tmp_path), validated_only=True), "agent", st=None)
+    marked = [s.model_copy(update={"meta": {**s.meta, "validated": k % 3 != 0}}) for k, s in enumerate(agent)]
+    write_samples(marked, tmp_path / "sft_agent.jsonl")
+    kept, source = training_samples(Config(domain="mock", data=str(tmp_path), validated_only=True), "agent", st=None)
+    assert source == "engine"
+    assert [(s.prompt, s.completion) for s in kept] == [(s.prompt, s.completion) for s in marked if s.meta["validated"]]
+    assert 0 < len(kept) < len(agent)

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Collection, Iterator, Optional
 
 from tqdm import tqdm
 
@@ -279,7 +279,7 @@ class Engine:
         t0 = time.perf_counter()
         unit = unit_id(r, p)
         chooser, synth = self._unit_roles(_seed(self.cfg.seed, r, p))
-        proposals, accepted = [], []
+        proposals, accepted, flagged = [], [], set()
         for a in range(self.cfg.tasks_per_plan):
             prop = synth.propose(plan, unit, a, f"syn-{unit}-a{a}", seed=_seed(self.cfg.seed, r, p, a))
             rec, reasons, would = self._validate(plan, prop, chooser)
@@ -291,9 +291,11 @@ class Engine:
             proposals.append(row)
             if rec is not None:
                 accepted.append(rec)
+                if would:
+                    flagged.add(rec.task.id)
         episodes = self._rollouts(unit, r, accepted) if accepted and self.cfg.group_size > 0 else []
         # samples of every accepted task; which of them are SFT data is the pools' choice (_write_pools)
-        samples_agent, samples_user, ungrounded = self._sft(accepted, [e.trajectory for e in episodes])
+        samples_agent, samples_user, ungrounded = self._sft(accepted, [e.trajectory for e in episodes], flagged)
         return UnitResult(unit=unit, round=r, plan_id=plan.id, proposals=proposals, accepted=accepted,
                           episodes=episodes, samples_agent=samples_agent, samples_user=samples_user,
                           sft_ungrounded=ungrounded,
@@ -334,10 +336,14 @@ class Engine:
             episodes.append(Episode(trajectory=traj, verdict=v, failure=failure))
         return episodes
 
-    def _sft(self, accepted: list[CheckedTask], trajs: list) -> tuple[list, list, int]:
+    def _sft(self, accepted: list[CheckedTask], trajs: list, flagged: Collection[str] = ()) -> tuple[list, list, int]:
         """Agent and user SFT samples of a unit: rolled-out dialogues that passed trajectory validation,
         plus the gold dialogues of the accepted tasks (grounded: the user states the request first);
-        every sample passes the grounding check (kit/grounding.py) or is dropped and counted."""
+        every sample passes the grounding check (kit/grounding.py) or is dropped and counted.
+        Each sample's meta says whether validation keeps it (`validated`): with `validation: false`, its task
+        passed every check (`flagged`: ids of the tasks a check would have rejected) and it is gold or from a
+        rollout that passed its checker (agent) / whose user kept to the script (user). The SFT stage's
+        `validated_only` trains on those alone: the full engine's data out of the same run."""
         from kit.grounding import grounded_only
         from kit.train.sft_data import build_sft_samples, gold_sft_samples
 
@@ -355,6 +361,12 @@ class Engine:
             gold_agent, gold_user = gold_sft_samples(self.domain, tasks, self.tokenizer)
             agent += gold_agent
             user += gold_user
+        kept_agent = {t.id for t in trajs if t.meta.get("reward") == 1.0}
+        kept_user = {t.id for t in trajs if not t.meta.get("user_deviations")}
+        for samples, kept in ((agent, kept_agent), (user, kept_user)):
+            for s in samples:
+                rolled_out = s.meta.get("source") == "engine"
+                s.meta["validated"] = s.task_id not in flagged and (not rolled_out or s.trajectory_id in kept)
         agent, dropped_a = grounded_only(agent)
         user, dropped_u = grounded_only(user)
         return agent, user, len(dropped_a) + len(dropped_u)

@@ -56,7 +56,12 @@ class Config(ModelStageConfig, SFTKnobs):
     max_samples: Optional[int] = Field(default=None, ge=1, description="Use at most this many samples.")
     max_tasks: Optional[int] = Field(default=None, ge=1, description="Engine data: the samples of at most this "
                                      "many tasks, the first in the data's order (arms compared at the same task "
-                                     "count: the no_validation ablation).")
+                                     "count).")
+    validated_only: bool = Field(default=False, description="Engine data: only the samples its validation keeps "
+                                 "(each sample's meta `validated`): the full engine's SFT data out of an engine run "
+                                 "with `validation: false`, so both arms of the no_validation ablation train on the "
+                                 "same run's tasks and rollouts. Samples without the mark (engine runs before "
+                                 "2026-12-06) are an error.")
 
 
 class Outputs(StageOutputs):
@@ -83,6 +88,16 @@ def first_tasks(samples: list, n: int) -> list:
     return [s for s in samples if s.task_id in keep]
 
 
+def validated(samples: list, where: Path) -> list:
+    """The samples the engine's validation keeps (meta `validated`, kit/engine/run.py `_sft`)."""
+    unmarked = sum("validated" not in s.meta for s in samples)
+    if unmarked:
+        raise ValueError(f"validated_only: {unmarked} of {len(samples)} samples in {where} carry no `validated` mark "
+                         "(an engine run older than the mark): rerun that synthesize stage, or set validated_only "
+                         "false")
+    return [s for s in samples if s.meta["validated"]]
+
+
 def training_samples(config: Config, role: str, st) -> tuple[list, str]:
     """(samples, where they came from): the engine's sft_<role>.jsonl, else the gold dialogues."""
     from transformers import AutoTokenizer
@@ -99,6 +114,9 @@ def training_samples(config: Config, role: str, st) -> tuple[list, str]:
         samples = read_samples(engine_file) if engine_file.exists() else []
         data_source = "engine"
         print(f"{len(samples)} {role} samples from the engine ({engine_file})")
+        if config.validated_only and samples:
+            samples = validated(samples, engine_file)
+            print(f"validated_only: {len(samples)} samples that the engine's validation keeps")
         if config.max_tasks and samples:
             samples = first_tasks(samples, config.max_tasks)
             print(f"max_tasks {config.max_tasks}: {len(samples)} samples of "
