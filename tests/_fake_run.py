@@ -193,7 +193,7 @@ def fake_ablation_run(root: Path, name: str, arms: list[tuple[dict, dict[str, li
     """An ablation run of evaluations: per arm (its recipe entry {name, label, paper, ...}, {task id:
     [reward per trial]}, referee user model); `grpo`: arm name -> fake_grpo's keyword arguments, a GRPO stage
     in that arm before its evaluation; `engines`: arm name -> rounds.csv rows of its engine run, which its
-    sft_agent stage trains on (the manifest's `references`)."""
+    sft_agent stage trains on (the manifest's `references`; `validated_only` in the arm entry: that SFT's param)."""
     run = root / "runs" / name
     entries = []
     for arm, rewards, user_model in arms:
@@ -209,7 +209,9 @@ def fake_ablation_run(root: Path, name: str, arms: list[tuple[dict, dict[str, li
             curve = write_loss_curve(st.out_dir, [[1, 2.0], [3, 1.0]])
             st.finish(outputs_class("sft_agent")(files={"loss_curve": str(curve)}, data_source="engine", samples=10,
                                                  steps=3, first_loss=2.0, final_loss=1.0))
-            entries.append({**e, "references": {"data": f"{arm['name']}/synthesize"}})
+            entries.append({**e, "references": {"data": f"{arm['name']}/synthesize"},
+                            "params": {"validated_only": bool(arm.get("validated_only"))},
+                            "summary": {"data_source": "engine", "samples": 10}})
         if arm["name"] in (grpo or {}):
             entries.append(fake_grpo(run, f"{arm['name']}/grpo", arm=arm["name"], **grpo[arm["name"]]))
         st, e = _stage(run, "evaluate", f"{arm['name']}/evaluate", arm=arm["name"], params={"label": arm.get("label")})

@@ -169,7 +169,8 @@ def test_data_arms_show_the_data_their_agent_trained_on(tmp_path):
                  "unvalidated": unvalidated, "pattern_entropy": h, "write_coverage": 0.5 + 0.25 * (h > 1)}
                 for i, h in enumerate(entropies)]
     arms = [({"name": "base", "label": "base", "paper": 38.0}, _rewards(set()), "u"),
-            ({"name": "full", "label": "full engine", "paper": 56.0}, _rewards(set(range(12))), "u"),
+            ({"name": "full", "label": "full engine", "paper": 56.0, "validated_only": True}, _rewards(set(range(12))),
+             "u"),
             ({"name": "frozen", "label": "w/o evolution", "paper": 44.0}, _rewards(set(range(8))), "u")]
     run = fake_ablation_run(tmp_path, "ablation-data", arms, {"metric": "pass^1", "reference": "full"},
                             engines={"full": rounds([0.9, 1.5, 2.0], 10), "frozen": rounds([0.9, 0.9, 0.9], 12, 2)})
@@ -182,6 +183,21 @@ def test_data_arms_show_the_data_their_agent_trained_on(tmp_path):
     assert frozen["data: pattern entropy per round (bits)"] == "0.90 -> 0.90 -> 0.90"
     assert frozen["data: unvalidated accepted"] == 6 and full["data: write-tool coverage per round"] == "0.50 -> 0.75 -> 0.75"
     assert pd_isna(rows.loc["base"].get("data: accepted"))  # no SFT, no data
+    assert full["data: SFT samples trained"] == 10 and full["data: trained on"] == "validated samples"
+    assert frozen["data: trained on"] == "every sample"
+
+
+def test_a_referee_at_another_path_with_the_same_weights_is_the_same_referee(tmp_path):
+    """A stage reused by `kit run --keep` names its first run's folder: the page compares the referees' weight
+    files byte for byte, not their paths; different weights are flagged."""
+    from kit.report.ablations import same_model
+
+    a, b, c = (tmp_path / x for x in "abc")
+    for d, payload in ((a, b"weights"), (b, b"weights"), (c, b"weightz")):
+        d.mkdir()
+        (d / "model.safetensors").write_bytes(payload)
+    assert same_model(a, b) and same_model(str(a), str(a))
+    assert not same_model(a, c) and not same_model(a, tmp_path / "missing") and not same_model("embedded", a)
 
 
 def test_each_arm_shows_its_pass_rate_where_the_referee_stated_the_request_and_where_it_did_not(tmp_path):

@@ -15,7 +15,8 @@ Per ablation run (a recipe with `arms:`), one table, one row per arm (its last e
   - for an arm with its own engine run (the data its agent SFT'd on: `engine_columns`), what the data was:
     proposals, accepted tasks, SFT samples kept and dropped as ungrounded, accepted tasks validation would
     have rejected (an arm without validation), and the realized task mix per round (entropy over gold tool
-    patterns, share of the domain's write tools covered): a data-side arm differs first in its data;
+    patterns, share of the domain's write tools covered), and how many of those samples its SFT trained on
+    (`trained_columns`: arms sharing one engine run differ here): a data-side arm differs first in its data;
   - for an arm with a GRPO stage, what its RL saw (`rl_columns`): steps trained, rollout episodes, reward
     (mean and the within-group spread, the noise a user adds), the share of groups with any signal, the
     effective batch (kept groups x G per step), resamples, and the rollout user's request-stated,
@@ -43,7 +44,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pandas as pd
 
@@ -158,10 +159,11 @@ def curve_figure(name: str, df: pd.DataFrame, out: Path) -> Optional[Path]:
     return save(fig, out / f"{name}-curve.png")
 
 
-def _engine_of_arm(data: dict, eval_key: str) -> Optional[dict]:
-    """The engine report entry whose data the evaluated agent trained on: from the evaluation's `model`
-    reference back through the stages that made it (GRPO from its SFT start, SFT from its `data`), shared
-    stages followed to the folder that ran; None for an agent that never trained on engine data."""
+def _engine_of_arm(data: dict, eval_key: str) -> tuple[Optional[dict], Optional[dict]]:
+    """(the engine report entry whose data the evaluated agent trained on, the manifest entry of the SFT stage
+    that read it): from the evaluation's `model` reference back through the stages that made it (GRPO from its
+    SFT start, SFT from its `data`), shared stages followed to the folder that ran; Nones for an agent that never
+    trained on engine data."""
     from kit.report.run_data import _stage_dir
 
     by_key = {e.get("key"): e for e in data["manifest"].get("stages", [])}
@@ -171,11 +173,42 @@ def _engine_of_arm(data: dict, eval_key: str) -> Optional[dict]:
         if "data" in refs:
             src = by_key.get(refs["data"])
             d = _stage_dir(src) if src else None
-            return next((x for x in data["engine"] if d is not None and str(x["dir"]) == str(d)), None)
+            return next((x for x in data["engine"] if d is not None and str(x["dir"]) == str(d)), None), entry
         entry = by_key.get(refs.get("model"))
         if entry is None:
-            return None
-    return None
+            return None, None
+    return None, None
+
+
+def same_model(a: Any, b: Any) -> bool:
+    """Two model references name the same model: the same text, or two folders whose weight files
+    (*.safetensors) are byte for byte the same (a stage reused by `kit run --keep` names its first run's folder)."""
+    if str(a) == str(b):
+        return True
+    fa, fb = (sorted(Path(str(x)).glob("*.safetensors")) if x and Path(str(x)).is_dir() else [] for x in (a, b))
+    if not fa or [f.name for f in fa] != [f.name for f in fb]:
+        return False
+    return all(x.stat().st_size == y.stat().st_size and _digest(x) == _digest(y) for x, y in zip(fa, fb))
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha1()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def trained_columns(sft: Optional[dict]) -> dict:
+    """What the arm's SFT trained on of its engine's data (the manifest's SFT entry): the samples, and which of
+    them when the arms share one engine run (`validated_only`: the samples its validation keeps)."""
+    if not sft:
+        return {}
+    params = sft.get("params") or {}
+    return {"data: SFT samples trained": (sft.get("summary") or {}).get("samples"),
+            "data: trained on": "validated samples" if params.get("validated_only") else "every sample"}
 
 
 def engine_columns(run: Optional[dict]) -> dict:
@@ -296,14 +329,15 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95,
             if d.unmatched:
                 warnings.append(f"{row['arm']}: {d.unmatched} tasks scored in only one of it and the reference "
                                 "(left out of the difference)")
-            if str(ref_ev["meta"].get("user_model")) != str(ev["meta"].get("user_model")):
+            if not same_model(ref_ev["meta"].get("user_model"), ev["meta"].get("user_model")):
                 warnings.append(f"{row['arm']}: referee user {ev['meta'].get('user_model')} differs from the "
                                 f"reference's {ref_ev['meta'].get('user_model')}: the difference is not the agent's alone")
+        engine, sft = _engine_of_arm(data, ev["key"])
         row.update({"paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper"),
                     "paper Δ (points)": paper_diff,
                     "verdict": "reference" if arm["name"] == ref_name else
                     verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None),
-                    **engine_columns(_engine_of_arm(data, ev["key"])), **rl_columns(grpo.get(arm["name"])),
+                    **engine_columns(engine), **trained_columns(sft), **rl_columns(grpo.get(arm["name"])),
                     **request_columns(ev["episodes"]), **_settings(ev["meta"])})
         rows.append(row)
     if ref_name and ref_ev is None and arms:
