@@ -314,20 +314,26 @@ class GRPOTrainer:
             emit("eval", point)
         return history
 
+    def _spare_episodes(self) -> int | None:
+        """Episodes of the budget (cfg.episode_budget) left over once one more step's G x B are paid for;
+        negative when they do not fit, None without a budget."""
+        c = self.cfg
+        if c.episode_budget is None:
+            return None
+        return c.episode_budget - self.episodes_scored - c.group_size * c.tasks_per_step
+
     @property
     def budget_spent(self) -> bool:
-        """What is left of the episode budget (cfg.episode_budget) does not hold one more step's G x B
-        episodes: no further step (a step never overshoots the budget)."""
-        c = self.cfg
-        return c.episode_budget is not None and c.episode_budget - self.episodes_scored < c.group_size * c.tasks_per_step
+        """What is left of the episode budget does not hold one more step's G x B episodes: no further step
+        (a step never overshoots the budget)."""
+        spare = self._spare_episodes()
+        return spare is not None and spare < 0
 
     def _resamples_left(self) -> int | None:
         """Resampled tasks this step may roll out within the episode budget (after its G x B episodes);
         None without a budget (cfg.resample_budget alone)."""
-        c = self.cfg
-        if c.episode_budget is None:
-            return None
-        return max(0, c.episode_budget - self.episodes_scored - c.group_size * c.tasks_per_step) // c.group_size
+        spare = self._spare_episodes()
+        return None if spare is None else max(0, spare) // self.cfg.group_size
 
     def _server_failed(self, e: EndpointError, checkpoint_dir: str | Path | None) -> EndpointError:
         """The error GRPO stops with when a server is down (after the backend's retries): which server,
