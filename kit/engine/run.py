@@ -350,9 +350,11 @@ class Engine:
         if not accepted:
             return [], [], 0
         tasks = [rec.task for rec in accepted]
+        passed = {t.id for t in trajs if t.meta.get("reward") == 1.0}  # what trajectory validation keeps
+        on_script = {t.id for t in trajs if not t.meta.get("user_deviations")}
         if self.cfg.validation:  # trajectory validation: successful episodes, users who kept to the script
-            agent_trajs = [t for t in trajs if t.meta.get("reward") == 1.0]
-            user_trajs = [t for t in trajs if not t.meta.get("user_deviations")]
+            agent_trajs = [t for t in trajs if t.id in passed]
+            user_trajs = [t for t in trajs if t.id in on_script]
         else:
             agent_trajs = user_trajs = trajs
         agent, _ = build_sft_samples(agent_trajs, self.domain, self.tokenizer, tasks=tasks) if agent_trajs else ([], [])
@@ -361,9 +363,7 @@ class Engine:
             gold_agent, gold_user = gold_sft_samples(self.domain, tasks, self.tokenizer)
             agent += gold_agent
             user += gold_user
-        kept_agent = {t.id for t in trajs if t.meta.get("reward") == 1.0}
-        kept_user = {t.id for t in trajs if not t.meta.get("user_deviations")}
-        for samples, kept in ((agent, kept_agent), (user, kept_user)):
+        for samples, kept in ((agent, passed), (user, on_script)):
             for s in samples:
                 rolled_out = s.meta.get("source") == "engine"
                 s.meta["validated"] = s.task_id not in flagged and (not rolled_out or s.trajectory_id in kept)

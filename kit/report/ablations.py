@@ -43,6 +43,7 @@ import html
 import json
 import math
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
@@ -188,17 +189,21 @@ def same_model(a: Any, b: Any) -> bool:
     fa, fb = (sorted(Path(str(x)).glob("*.safetensors")) if x and Path(str(x)).is_dir() else [] for x in (a, b))
     if not fa or [f.name for f in fa] != [f.name for f in fb]:
         return False
-    return all(x.stat().st_size == y.stat().st_size and _digest(x) == _digest(y) for x, y in zip(fa, fb))
+    return all(x.stat().st_size == y.stat().st_size and _file_digest(x) == _file_digest(y) for x, y in zip(fa, fb))
 
 
-def _digest(path: Path) -> str:
-    import hashlib
+@lru_cache(maxsize=64)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    """A weight file's sha256 (kit.runner.manifest.sha256_file), once per file version: the reference arm's
+    referee is compared with every other arm's."""
+    from kit.runner.manifest import sha256_file
 
-    h = hashlib.sha1()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            h.update(block)
-    return h.hexdigest()
+    return sha256_file(Path(path))
+
+
+def _file_digest(path: Path) -> str:
+    st = path.stat()
+    return _digest(str(path), st.st_mtime_ns, st.st_size)
 
 
 def trained_columns(sft: Optional[dict]) -> dict:
