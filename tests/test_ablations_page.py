@@ -197,7 +197,9 @@ def test_a_referee_at_another_path_with_the_same_weights_is_the_same_referee(tmp
         d.mkdir()
         (d / "model.safetensors").write_bytes(payload)
     assert same_model(a, b) and same_model(str(a), str(a))
-    assert not same_model(a, c) and not same_model(a, tmp_path / "missing") and not same_model("embedded", a)
+    assert same_model(f"hf:{a}", f"hf:{b}") and same_model(f"hf:{a}", b)  # as eval.json's meta names them
+    assert not same_model(a, c) and not same_model(f"hf:{a}", f"hf:{c}") and not same_model(a, tmp_path / "missing")
+    assert not same_model("embedded", a) and not same_model("openai:http://127.0.0.1:1/v1", a)
 
 
 def test_each_arm_shows_its_pass_rate_where_the_referee_stated_the_request_and_where_it_did_not(tmp_path):

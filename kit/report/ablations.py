@@ -186,10 +186,25 @@ def same_model(a: Any, b: Any) -> bool:
     (*.safetensors) are byte for byte the same (a stage reused by `kit run --keep` names its first run's folder)."""
     if str(a) == str(b):
         return True
-    fa, fb = (sorted(Path(str(x)).glob("*.safetensors")) if x and Path(str(x)).is_dir() else [] for x in (a, b))
+    fa, fb = (sorted(Path(d).glob("*.safetensors")) if (d := _model_folder(x)) and Path(d).is_dir() else []
+              for x in (a, b))
     if not fa or [f.name for f in fa] != [f.name for f in fb]:
         return False
     return all(x.stat().st_size == y.stat().st_size and _file_digest(x) == _file_digest(y) for x, y in zip(fa, fb))
+
+
+def _model_folder(ref: Any) -> Optional[str]:
+    """The folder a model reference names ("hf:/x", "vllm:/x" or a bare folder, as eval.json's meta writes
+    them); None for the embedded model, an endpoint, or anything that does not parse."""
+    if not ref:
+        return None
+    from kit.llm.spec import ModelSpec
+
+    try:
+        spec = ModelSpec.parse(str(ref), folder_kind="hf")
+    except ValueError:
+        return None
+    return spec.path if spec.kind in ("hf", "vllm") and spec.path != "embedded" else None
 
 
 @lru_cache(maxsize=64)
