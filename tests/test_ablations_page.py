@@ -234,8 +234,11 @@ def test_a_later_page_carries_the_saved_rows_of_runs_it_was_not_given(tmp_path):
     ablations_page([run_a], reports, n_boot=200)
     saved = json.loads((reports / "rows" / "ablation-no-validation.json").read_text())
     assert saved["run_dir"] == str(run_a) and [r["arm"] for r in saved["rows"]] == ["full engine", "w/o validation"]
+    n_stages = len(json.loads((run_a / "manifest.json").read_text())["stages"])
+    assert saved["cost"]["total_s"] == n_stages * 1.0 > 0  # each fake stage took 1 s
     shutil.rmtree(tmp_path / "one")                      # the first machine's run folder is gone
     text = ablations_page([run_b], reports, n_boot=200).read_text()
+    assert "What each recipe cost" in text and text.count("cost from nothing: 0 min (the sum of") == 2  # the carried run's cost too
     assert "w/o validation" in text and "unfiltered" in text and "1 carried from saved rows" in text
     assert text.index("ablation-no-validation") < text.index("ablation-dynamic-filtering")  # the paper's order
     assert f"saved {saved['saved']}" in text             # the summary row says where it came from

@@ -51,6 +51,7 @@ import pandas as pd
 
 import kit.metrics as M
 from kit.eval.paired import ALPHA, tasks_needed
+from kit.report.cost import RecipeCost, recipe_cost
 from kit.report.run_data import Section, collect, run_folder
 
 BASE_WORDS = ("base",)
@@ -366,14 +367,15 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95,
 
 
 def save_rows(report_dir: str | Path, run_dir: str | Path, spec: dict, df: pd.DataFrame, warnings: list[str],
-              pairs: Optional[pd.DataFrame] = None) -> Path:
+              pairs: Optional[pd.DataFrame] = None, cost: Optional[RecipeCost] = None) -> Path:
     """`report_dir/rows/<run name>.json`: what a later page needs to show this run without its folder."""
     out = Path(report_dir) / "rows"
     out.mkdir(parents=True, exist_ok=True)
     keep = {k: spec.get(k) for k in ("name", "description", "comparison", "arms")}
     doc = {"run_dir": str(run_dir), "saved": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "spec": keep,
            "rows": json.loads(df.to_json(orient="records", force_ascii=False)), "warnings": warnings,
-           "pairs": json.loads(pairs.to_json(orient="records", force_ascii=False)) if pairs is not None else []}
+           "pairs": json.loads(pairs.to_json(orient="records", force_ascii=False)) if pairs is not None else [],
+           "cost": cost.as_dict() if cost is not None else None}
     path = out / f"{spec.get('name') or Path(run_dir).name}.json"
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     return path
@@ -393,7 +395,8 @@ def saved_sections(report_dir: str | Path, skip: set[str]) -> list[tuple[dict, p
             continue
         found.append((spec, rows, list(doc.get("warnings") or []),
                       {**{k: doc.get(k) for k in ("run_dir", "saved", "recovered_from")},
-                       "pairs": pd.DataFrame(doc.get("pairs") or [])}))
+                       "pairs": pd.DataFrame(doc.get("pairs") or []),
+                       "cost": RecipeCost.from_dict(doc["cost"]) if doc.get("cost") else None}))
     return found
 
 
@@ -421,20 +424,21 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
         data = collect(run)
         spec, df, warnings = ablation_rows(run, n_boot, ci, data=data)
         pairs = arm_pairs(run, n_boot, ci, data=data)
-        save_rows(out, run, spec, df, warnings, pairs)
+        cost = recipe_cost(run, data.get("manifest"))
+        save_rows(out, run, spec, df, warnings, pairs, cost)
         origin = (f"run folder <code>{html.escape(str(run))}</code>"
                   + (f"; this batch: {html.escape(str((status or {}).get(run.name)))}" if (status or {}).get(run.name)
                      else ""))
-        built.append((spec, df, warnings, origin, "run folder", pairs))
+        built.append((spec, df, warnings, origin, "run folder", pairs, cost))
     if carry_saved:
         for spec, df, warnings, src in saved_sections(out, {b[0].get("name") for b in built}):
             origin = (f"saved rows of {html.escape(str(src.get('saved')))} (run folder "
                       f"<code>{html.escape(str(src.get('run_dir')))}</code> is not part of this batch)"
                       + (f"; {html.escape(str(src['recovered_from']))}" if src.get("recovered_from") else ""))
-            built.append((spec, df, warnings, origin, f"saved {src.get('saved')}", src["pairs"]))
+            built.append((spec, df, warnings, origin, f"saved {src.get('saved')}", src["pairs"], src["cost"]))
     built.sort(key=lambda b: paper_rank(b[0].get("name") or ""))
-    sections, summary = [], []
-    for spec, df, warnings, origin, source, pairs in built:
+    sections, summary, costs = [], [], []
+    for spec, df, warnings, origin, source, pairs, cost in built:
         comp = spec.get("comparison") or {}
         sec = Section(f"{spec.get('name')}")
         sec.text(html.escape(spec.get("description") or ""))
@@ -442,8 +446,15 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
                           f"({html.escape(comp.get('paper_source') or '')}).")
         if comp.get("note"):
             sec.text(html.escape(comp["note"]))
+        costs.append({"ablation": spec.get("name"), "from nothing (min)": cost.total_min if cost else None,
+                      "stages": len(cost.table) if cost else None, "run on (UTC)": ", ".join(cost.days) if cost else "",
+                      "a lower bound": ("yes: " + ", ".join(cost.missing + cost.resumed))
+                      if cost and (cost.missing or cost.resumed) else "", "from": source})
         for w in warnings:
             sec.items.append(("warn", w))
+        if cost is not None and len(cost.table):
+            sec.text(html.escape(cost.line) + ":")
+            sec.table(cost.table)
         if len(df):
             fig = curve_figure(spec.get("name") or "ablation", df, out)
             if fig is not None:
@@ -467,7 +478,13 @@ def ablations_page(run_dirs: list[str | Path], report_dir: str | Path, title: st
              "batch's models and sizes: compare directions, not levels. <i>from</i>: this page's run folders, or "
              "the rows an earlier page saved (rows/*.json) for a run whose folder is not here.")
     top.table(pd.DataFrame(summary) if summary else pd.DataFrame([{"verdict": "no arm evaluated yet"}]))
+    spent = Section("What each recipe cost")
+    spent.text("Each recipe's cost from nothing: the sum over its distinct stages of the wall time each took where it "
+               "ran, stages shared with another run or kept from an earlier one included (kit/report/cost.py). One "
+               "machine's speed drifts from day to day: compare costs measured on the same days. Saved rows of an "
+               "earlier page carry no cost.")
+    spent.table(pd.DataFrame(costs) if costs else pd.DataFrame([{"ablation": "none"}]))
     n_saved = sum(1 for b in built if b[4] != "run folder")
-    return render_html(title, [top, *sections], out,
+    return render_html(title, [top, spent, *sections], out,
                        f"{len(run_dirs)} ablation runs" + (f" and {n_saved} carried from saved rows" if n_saved else "")
                        + " · generated by kit ablations")

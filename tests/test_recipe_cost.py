@@ -1,0 +1,59 @@
+"""A recipe's cost from nothing, read from a hand-made run folder (kit/report/cost.py): every distinct stage
+once, stages shared with another run and kept from an earlier one at the wall time they took where they ran,
+a stage resumed in place found by its older files, a stage with no wall time named."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from kit.report.cost import RecipeCost, recipe_cost
+
+
+def _stage(folder: Path, wall: float | None, started: str, **extra) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = {"status": "complete", "started": started, **({"wall_s": wall} if wall is not None else {}), **extra}
+    (folder / "stage.json").write_text(json.dumps(doc))
+
+
+def test_cost_counts_each_stage_once_where_it_ran_and_says_when_it_is_a_lower_bound(tmp_path):
+    other, run = tmp_path / "other-run", tmp_path / "run"
+    now = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+    _stage(other / "a" / "grpo", 300.0, "2026-12-05T10:00:00+00:00")       # shared from another run
+    _stage(run / "a" / "synthesize", 600.0, now)
+    _stage(run / "a" / "evaluate", 120.0, "2026-12-04T09:00:00+00:00", kept_from=["0123"])
+    _stage(run / "b" / "evaluate", 60.0, now)
+    old = run / "b" / "evaluate" / "partial.jsonl"                            # an earlier attempt's file
+    old.write_text("{}\n")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    (other / "a" / "sft").mkdir(parents=True)                                 # shared, but its stage.json is gone
+    stages = [
+        {"key": "a/synthesize", "status": "complete", "wall_s": 600.0, "started": now},
+        {"key": "a/sft", "status": "shared", "shared_with": str(other / "a" / "sft")},
+        {"key": "a/grpo", "status": "shared", "shared_with": str(other / "a" / "grpo")},
+        {"key": "a/evaluate", "status": "complete", "wall_s": 120.0, "started": "2026-12-04T09:00:00+00:00",
+         "kept_from": ["0123"]},
+        {"key": "b/synthesize", "status": "shared", "shared_with": str(run / "a" / "synthesize")},  # same run
+        {"key": "b/evaluate", "status": "complete", "wall_s": 60.0, "started": now},
+        {"key": "report", "status": "pending"},                              # not run yet: nothing to count
+    ]
+    (run / "manifest.json").write_text(json.dumps({"stages": stages}))
+    cost = recipe_cost(run)
+    assert list(cost.table["stage"]) == ["a/synthesize", "a/grpo", "a/evaluate", "b/evaluate"]
+    assert cost.total_min == round((600 + 300 + 120 + 60) / 60, 1)
+    where = dict(zip(cost.table["stage"], cost.table["ran in"]))
+    assert where["a/grpo"].startswith("another run: ") and where["a/evaluate"].startswith("kept")
+    assert where["a/synthesize"] == "this run" == where["b/evaluate"]
+    assert cost.missing == ["a/sft"] and cost.resumed == ["b/evaluate"]
+    assert cost.days == sorted({"2026-12-05", "2026-12-04", now[:10]})
+    assert "at least" in cost.line and "a/sft" in cost.line and "b/evaluate" in cost.line
+    back = RecipeCost.from_dict(json.loads(json.dumps(cost.as_dict())))       # as a saved page keeps it
+    assert back.total_min == cost.total_min and back.line == cost.line and len(back.table) == 4
+
+
+def test_a_run_with_nothing_finished_has_no_cost_yet(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"stages": [{"key": "synthesize", "status": "running"}]}))
+    cost = recipe_cost(tmp_path)
+    assert cost.total_min is None and cost.missing == [] and "no stage has a wall time" in cost.line
