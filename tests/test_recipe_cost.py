@@ -57,3 +57,37 @@ def test_a_run_with_nothing_finished_has_no_cost_yet(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"stages": [{"key": "synthesize", "status": "running"}]}))
     cost = recipe_cost(tmp_path)
     assert cost.total_min is None and cost.missing == [] and "no stage has a wall time" in cost.line
+
+
+def test_every_attempt_at_a_stage_is_counted_a_killed_one_up_to_its_newest_file(tmp_path):
+    """kit/runner/attempts.py as the runner drives it: a failed attempt, a killed one (it never ended: closed at
+    its newest file's time), then the one that completes; stage.json's fields sum all three, and the recipe's
+    cost reads them instead of the last attempt's wall time."""
+    from kit.runner.attempts import Attempts
+
+    sdir = tmp_path / "run" / "grpo"
+    a = Attempts(sdir)
+    a.begin()
+    a.end(100.0, "failed")
+    assert a.fields() == {}  # one attempt: stage.json carries nothing more
+    a = Attempts(sdir)
+    a.begin()                                        # the killed attempt: it wrote a file 40 s after it started
+    items = json.loads((sdir / "attempts.json").read_text())
+    items[-1]["started"] = "2026-12-06T05:00:00+00:00"
+    (sdir / "attempts.json").write_text(json.dumps(items))
+    ckpt = sdir / "checkpoints" / "step-2.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_text("x")
+    t = __import__("datetime").datetime.fromisoformat("2026-12-06T05:00:40+00:00").timestamp()
+    os.utime(ckpt, (t, t))
+    a = Attempts(sdir)                               # the rerun: no end was ever written for the killed one
+    a.begin()
+    a.end(60.0, "complete")
+    kinds = [x["how"] for x in json.loads((sdir / "attempts.json").read_text())]
+    assert kinds == ["failed", "killed: ended at its newest file (an estimate)", "complete"]
+    assert a.fields() == {"attempts": 3, "wall_s_attempts": 200.0}   # 100 + 40 + 60
+    _stage(sdir, 60.0, "2026-12-06T05:10:00+00:00", **a.fields())
+    (tmp_path / "run" / "manifest.json").write_text(json.dumps({"stages": [
+        {"key": "grpo", "status": "complete", "wall_s": 60.0, "started": "2026-12-06T05:10:00+00:00"}]}))
+    cost = recipe_cost(tmp_path / "run")
+    assert cost.total_s == 200.0 and cost.resumed == [] and "3 attempts, all counted" in cost.table["resumed"][0]

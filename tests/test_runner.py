@@ -346,6 +346,12 @@ def test_failing_stage_keeps_its_traceback_and_a_rerun_resumes_there(tmp_path, m
     assert executions(run_dir) == ["synthesize", "sft_agent", "evaluate", "report"]
     m = json.loads((run_dir / "manifest.json").read_text())
     assert m["status"] == "complete" and "failed_stage" not in m
+    # the failed attempt's time is counted with the rerun's (a recipe's cost from nothing: kit/report/cost.py)
+    info = json.loads((run_dir / "sft_agent" / "stage.json").read_text())
+    tries = json.loads((run_dir / "sft_agent" / "attempts.json").read_text())
+    assert [a["how"] for a in tries] == ["failed", "complete"] and info["attempts"] == 2
+    assert info["wall_s_attempts"] == round(sum(a["wall_s"] for a in tries), 1) > info["wall_s"]
+    assert "attempts" not in json.loads((run_dir / "synthesize" / "stage.json").read_text())  # ran once
 
     # complete: nothing reruns; a changed parameter reruns that stage and what depends on it
     res = Runner(recipe, **kw).run()

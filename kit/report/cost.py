@@ -8,8 +8,10 @@ A run rarely executes every stage it reports: arms share identical stages (one f
 reuses a complete stage whose fingerprint changed (its stage.json keeps the wall time of the run that made it).
 The cost of the recipe from nothing is the sum over the distinct stage folders of the wall time each took where
 it ran, which is what this reads; a stage whose wall time cannot be found is named, and the total is then a lower
-bound. So is a stage resumed in place (an interrupted stage continues from its folder on the rerun): its wall time
-is the last attempt's, and its folder holds files older than that attempt's start, which is how it is found. The days are there because one machine's speed drifts from day to day: a sum of stages run on different
+bound. A stage resumed in place (an interrupted stage continues from its folder on the rerun) is counted whole
+from stage.json's `wall_s_attempts` (kit/runner/attempts.py); one resumed before the runner kept that counts its
+last attempt only, is found by its folder's files older than that attempt's start, and makes the total a lower
+bound too. The days are there because one machine's speed drifts from day to day: a sum of stages run on different
 days is only as comparable as those days were.
 """
 
@@ -96,9 +98,11 @@ def recipe_cost(run_dir: str | Path, manifest: Optional[dict] = None) -> RecipeC
         if ident in seen:
             continue  # another arm's copy of the same stage: counted once
         seen.add(ident)
-        sj = _stage_json(folder) if shared or e.get("wall_s") is None else {}
+        sj = _stage_json(folder)
         wall = e.get("wall_s") if not shared else None
         wall = wall if wall is not None else sj.get("wall_s")
+        whole = sj.get("wall_s_attempts")  # kit.runner.attempts: every attempt of a stage resumed in place
+        wall = whole if whole is not None else wall
         started = e.get("started") if not shared else None
         started = started or sj.get("started")
         if shared and not str(folder.resolve()).startswith(str(run.resolve()) + "/"):
@@ -112,11 +116,12 @@ def recipe_cost(run_dir: str | Path, manifest: Optional[dict] = None) -> RecipeC
                 missing.append(key)
             continue
         total_s += float(wall)
-        earlier = earlier_files(folder, started)
+        earlier = earlier_files(folder, started) if whole is None else None
         if earlier:
             resumed.append(key)
         rows.append({"stage": key, "wall (min)": round(float(wall) / 60.0, 1), "started (UTC)": (started or "")[:16],
-                     "ran in": where, "resumed": f"files from {earlier}" if earlier else ""})
+                     "ran in": where, "resumed": f"files from {earlier}" if earlier
+                     else (f"{sj.get('attempts')} attempts, all counted" if whole is not None else "")})
     table = pd.DataFrame(rows)
     total = round(total_s, 1) if len(table) else None
     days = sorted({r["started (UTC)"][:10] for r in rows if r["started (UTC)"]})

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from kit.runner import manifest as mf
+from kit.runner.attempts import Attempts
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
 from kit.runner.servers import ServerFailed, Servers, name_models, name_servers
@@ -461,6 +462,8 @@ class Runner:
             self.say(f"[kit run] {where} {ps.key}: inputs changed since it completed; its outputs "
                      f"are kept in {Path(entry.replaced).relative_to(self.run_dir)}")
         sdir.mkdir(parents=True, exist_ok=True)
+        attempts = Attempts(sdir)  # a stage resumed in place: the earlier attempts' time is counted too
+        attempts.begin()
         book.add(entry.set(status="running", started=mf.now()))
         book.save()
         t1 = time.perf_counter()
@@ -470,6 +473,7 @@ class Runner:
             failure = e if isinstance(e, ExecutionFailed) else ExecutionFailed.of(e, job)
             entry.set(status="failed", finished=mf.now(), wall_s=round(time.perf_counter() - t1, 1),
                       error=failure.message[:2000])
+            attempts.end(entry.wall_s, "failed")
             mf.write_json(sdir / "stage.json", {"status": "failed", "stage": ps.stage, "id": ps.id, "fingerprint": fp,
                                                  "error": failure.message[:2000], executor.output_key: str(job.out),
                                                  **failure.record, "finished": mf.now()})
@@ -481,9 +485,12 @@ class Runner:
         info = mf.read_json(sdir / "stage.json") or {}
         wall = round(time.perf_counter() - t1, 1)
         if info.get("status") != "complete" or info.get("fingerprint") != fp:
+            attempts.end(wall, "failed")
             book.fail(entry.set(status="failed", error=executor.no_stage_json, wall_s=wall))
             raise StageFailed(ps.key, job.out, executor.no_stage_json)
         info["wall_s"] = wall
+        attempts.end(wall, "complete")
+        info.update(attempts.fields())
         executor.complete(job, info)
         mf.write_json(sdir / "stage.json", info)
         entry.set(status="complete", finished=mf.now(), wall_s=wall, peak_rss_gib=info.get("peak_rss_gib"))
