@@ -55,6 +55,7 @@ from kit.stages.contract import (
 )
 from kit.sources import GoldRef, PathRef, SplitRef, parse_source
 from kit.train.grpo_config import RESUMABLE_CHANGES, GRPOConfig, GRPOKnobs, SkipReason
+from kit.train.grpo_curve import flat_curve_warning
 
 
 
@@ -367,6 +368,9 @@ def run(config: Config, st) -> Outputs:
         if m["skipped"]:
             skips[m["skip_reason"]] = skips.get(m["skip_reason"], 0) + 1
     best, points = trainer.curve.best, trainer.curve.points
+    flat = flat_curve_warning(points) if any(not m["skipped"] for m in history) else None
+    if flat and main:
+        st.warn(flat)
     out_files = {"model": str(st.out_dir / "model"), "metrics": str(st.out_dir / "metrics.jsonl")}
     if points:
         out_files.update({"model_best": str(st.out_dir / "model_best"), "curve": str(st.out_dir / "curve.jsonl")})

@@ -95,3 +95,23 @@ class LearningCurve:
     def load_state_dict(self, state: dict) -> None:
         self.points = list(state.get("points") or [])
         self.best = state.get("best")
+
+
+def flat_curve_warning(points: list[dict]) -> str | None:
+    """A warning when the learning curve never rose above its start: no point after step 0 beat step 0's pass^1,
+    so model_best/ is the start policy. None when it rose, or with fewer than two points.
+
+    Why it is worth a banner: on the kit's laptop runs (docs/ablations.md, "GRPO seeds and SFT starts": eleven
+    GRPO runs of the 135M agent on mock, 2026-12-05/06) every run whose 20-task validation curve stayed flat
+    ended below its SFT start on the test slice or at most 0.005 above it, and every run whose curve rose ended at
+    or above it: the curve's last point is a one-minute early warning of a run that learned nothing."""
+    if len(points) < 2:
+        return None
+    first, later = points[0], points[1:]
+    if any(p["pass1"] > first["pass1"] for p in later):
+        return None
+    last = points[-1]
+    return (f"VALIDATION DID NOT RISE: pass^1 {first['pass1']:.3f} at step {first['step']}, "
+            f"{last['pass1']:.3f} after step {last['step']} on the validation slice: model_best/ is the start policy. "
+            "On the kit's laptop runs every GRPO run whose curve stayed flat ended no better than its start on the "
+            "test slice (docs/ablations.md); evaluate model_best/ for the best agent, model/ for what RL did")
