@@ -15,7 +15,6 @@ cost from nothing reads (kit/report/cost.py).
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -63,7 +62,6 @@ class Attempts:
                 a["wall_s"] = round(max(0.0, newest - t0), 1) if newest is not None and t0 is not None else 0.0
                 a["how"] = "killed: ended at its newest file (an estimate)"
         self.items.append({"started": _now(), "wall_s": None})
-        self._t0 = time.perf_counter()
         self._save()
 
     def end(self, wall_s: float, how: str) -> None:
