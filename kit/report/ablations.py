@@ -205,7 +205,7 @@ def _model_folder(ref: Any) -> Optional[str]:
         spec = ModelSpec.parse(str(ref), folder_kind="hf")
     except ValueError:
         return None
-    return spec.path if spec.kind in ("hf", "vllm") and spec.path != "embedded" else None
+    return spec.path if spec.local and not spec.embedded else None
 
 
 @lru_cache(maxsize=64)

@@ -25,6 +25,8 @@ from typing import Optional
 
 import pandas as pd
 
+from kit.files import read_json
+
 
 @dataclass
 class RecipeCost:
@@ -62,13 +64,6 @@ class RecipeCost:
         return s
 
 
-def _stage_json(folder: Path) -> dict:
-    try:
-        return json.loads((folder / "stage.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def earlier_files(folder: Path, started: Optional[str], slack_s: float = 60.0) -> Optional[str]:
     """The time (UTC, to the minute) of the oldest file in `folder` written before `started` (less `slack_s`):
     files an earlier attempt of the stage left, which a resumed stage continues from; None when there are none."""
@@ -98,7 +93,7 @@ def recipe_cost(run_dir: str | Path, manifest: Optional[dict] = None) -> RecipeC
         if ident in seen:
             continue  # another arm's copy of the same stage: counted once
         seen.add(ident)
-        sj = _stage_json(folder)
+        sj = read_json(folder / "stage.json") or {}
         wall = e.get("wall_s") if not shared else None
         wall = wall if wall is not None else sj.get("wall_s")
         whole = sj.get("wall_s_attempts")  # kit.runner.attempts: every attempt of a stage resumed in place

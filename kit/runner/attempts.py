@@ -14,10 +14,11 @@ cost from nothing reads (kit/report/cost.py).
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
+
+from kit.files import read_json, write_json
 
 FILE = "attempts.json"
 
@@ -33,21 +34,12 @@ class Attempts:
         self.items: list[dict] = []
 
     def _load(self) -> list[dict]:
-        try:
-            items = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return []
+        items = read_json(self.path)
         return [a for a in items if isinstance(a, dict)] if isinstance(items, list) else []
-
-    def _save(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.items, indent=1) + "\n")
-        tmp.replace(self.path)
 
     def _newest_file(self) -> Optional[float]:
         return max((p.stat().st_mtime for p in self.dir.rglob("*")
-                    if p.is_file() and p.name not in (FILE, FILE.replace(".json", ".tmp"))), default=None)
+                    if p.is_file() and p.name not in (FILE, FILE + ".tmp")), default=None)
 
     def begin(self) -> None:
         """Close an attempt that never ended (killed) at its newest file's time, then open this one."""
@@ -62,11 +54,11 @@ class Attempts:
                 a["wall_s"] = round(max(0.0, newest - t0), 1) if newest is not None and t0 is not None else 0.0
                 a["how"] = "killed: ended at its newest file (an estimate)"
         self.items.append({"started": _now(), "wall_s": None})
-        self._save()
+        write_json(self.path, self.items)
 
     def end(self, wall_s: float, how: str) -> None:
         self.items[-1].update(wall_s=round(float(wall_s), 1), how=how)
-        self._save()
+        write_json(self.path, self.items)
 
     @property
     def total_s(self) -> float:
