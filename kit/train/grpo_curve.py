@@ -101,8 +101,8 @@ def flat_curve_warning(points: list[dict]) -> str | None:
     """A warning when the learning curve never rose above its start: no point after step 0 beat step 0's pass^1,
     so model_best/ is the start policy. None when it rose, or with fewer than two points.
 
-    Why it is worth a banner: on the kit's laptop runs (docs/ablations.md, "GRPO seeds and SFT starts": twelve
-    GRPO runs of the 135M agent on mock, 2026-12-05/06) every run whose 20-task validation curve stayed flat
+    Why it is worth a banner: on the kit's laptop runs (docs/ablations.md, "GRPO seeds and SFT starts": every
+    GRPO run of the 135M agent on mock there, 2026-12-05/06) every run whose 20-task validation curve stayed flat
     ended below its SFT start on the test slice or at most 0.005 above it, and every run whose curve rose ended at
     or above it: the curve's last point is a one-minute early warning of a run that learned nothing."""
     if len(points) < 2:
