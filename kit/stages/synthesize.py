@@ -72,7 +72,7 @@ def run(config: Config, st) -> Outputs:
     result = run_engine(cfg, progress=True)
     print(result.summary_line())
     lines = {name: count_lines(st.out_dir / name) for name in PRODUCED}
-    if lines["rl_tasks.jsonl"] == 0:
+    if lines["rl_tasks.jsonl"] == 0 and config.rl_share > 0:  # rl_share 0 asks for no RL pool: nothing to warn of
         st.warn(f"the RL pool is empty ({result.accepted} accepted, rl_share {config.rl_share}): `grpo` will fall "
                 "back to the domain's own tasks")
     for role in ("agent", "user"):
