@@ -75,6 +75,45 @@ def test_an_unfinished_arm_and_a_missing_reference_say_so(tmp_path):
     assert any("reference arm 'c' has no evaluation" in w for w in warnings)
 
 
+def test_replicate_arms_of_one_pool_get_a_pooled_row_paired_with_the_reference(tmp_path):
+    """ArmSpec.pool: three GRPO seeds of one arm. The pooled row's pass^1 is the mean of its runs' (a task's
+    rate is the mean over the replicates' trials), its paired difference the mean of theirs, over the same 40
+    tasks; the pairs table pairs the pool with the other arms, never with its own replicates or them with each
+    other. A one-arm pool is refused by name."""
+    from kit.report.ablations import arm_pairs
+
+    ref = set(range(10))
+    seeds = [ref | set(range(10, 18)), ref | set(range(14, 22)), ref | set(range(18, 26))]  # 18 of 40 each
+    arms = [({"name": "sft", "label": "SFT", "paper": 85.4}, _rewards(ref), "u")]
+    arms += [({"name": f"s{i}", "label": f"seed {i}", "paper": 95.6, "pool": "grpo"}, _rewards(x), "u")
+             for i, x in enumerate(seeds)]
+    arms += [({"name": "raw", "label": "raw user", "paper": 75.6}, _rewards(ref | {39}), "u")]
+    run = fake_ablation_run(tmp_path, "ablation-p", arms, {"metric": "pass^1", "reference": "sft"})
+    _, df, warnings = ablation_rows(run, n_boot=300)
+    rows = df.set_index("arm")
+    pooled = rows.loc["grpo (pooled: 3 of 3 runs)"]
+    assert pooled["pass^1"] == pytest.approx(18 / 40) and pooled["Δ vs reference"] == pytest.approx(8 / 40)
+    assert pooled["paired tasks"] == N and pooled["pooled over"] == "s0, s1, s2" and pooled["verdict"] == "reproduced"
+    assert pooled["trials"] == "3 runs x 1" and pooled["paper Δ (points)"] == pytest.approx(95.6 - 85.4)
+    # tasks 10-25 are solved by one or two of the three seeds: each task's pooled rate is fractional
+    assert rows.loc["seed 1", "Δ vs reference"] == pytest.approx(8 / 40) and not warnings
+    pairs = arm_pairs(run, n_boot=300)
+    named = set(zip(pairs["against"], pairs["arm"]))
+    assert ("grpo (pooled: 3 runs)", "raw user") in named and ("seed 0", "raw user") in named
+    assert not any({a, b} <= {"seed 0", "seed 1", "seed 2", "grpo (pooled: 3 runs)"} for a, b in named)
+    raw_vs_pool = pairs[(pairs["against"] == "grpo (pooled: 3 runs)") & (pairs["arm"] == "raw user")].iloc[0]
+    assert raw_vs_pool["Δ"] == pytest.approx(1 / 40 - 8 / 40)
+
+    from kit.runner import load_recipe
+    from kit.runner.recipe import RecipeError
+
+    bad = tmp_path / "r.yaml"
+    bad.write_text("name: x\ndomain: mock\nstages:\n  - stage: evaluate\narms:\n  - {name: a, pool: g}\n"
+                   "  - {name: b}\n")
+    with pytest.raises(RecipeError, match="pool 'g' has one arm"):
+        load_recipe(bad)
+
+
 def test_a_reference_that_is_not_an_arm_is_refused(tmp_path):
     from kit.runner import load_recipe
     from kit.runner.recipe import RecipeError

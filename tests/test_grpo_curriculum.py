@@ -175,6 +175,30 @@ def test_a_stage_with_the_same_start_reads_step_0s_probe_instead_of_rolling_it_o
     assert not adopt_probe(Curriculum(TASKS[:2], small_cfg(probe_k=8)), first)
 
 
+def test_grpo_seeds_of_one_start_probe_it_alike_and_share_its_memo(tokenizer):  # noqa: F811
+    """kit.train.grpo_curriculum.start_seed: the probe before step 0 measures the start, so two runs that differ
+    only in `seed` roll out the same probe episodes (the same rates, the same band) and share one memo identity;
+    their steps draw and sample apart (their first step's rollouts differ)."""
+    from kit.train.grpo_memo import start_identity
+
+    def run(seed):
+        torch.manual_seed(0)
+        cfg = small_cfg(probe_k=8, probe_every=0, tasks_per_step=2, group_size=4, resample_budget=0, seed=seed)
+        tr = GRPOTrainer(tiny_llama(tokenizer), tokenizer, TASKS, cfg, rollout_fn=single_turn(6), reward_fn=reward,
+                         agent_system=SYSTEM)
+        seeds, real = [], tr._rollout
+        tr._rollout = lambda tasks, s: (seeds.append(s), real(tasks, s))[1]
+        events = []
+        tr.train(steps=1, on_event=lambda kind, rec: events.append((kind, rec)))
+        return next(rec for kind, rec in events if kind == "probe"), seeds, cfg
+
+    (p0, s0, c0), (p3, s3, c3) = run(0), run(3)
+    assert p0["rates"] == p3["rates"] and p0["band"] == p3["band"]
+    probe_calls = len(s0) - 1  # the last rollout call is the step's
+    assert s0[:probe_calls] == s3[:probe_calls] and s0[-1] != s3[-1]
+    assert start_identity(c0, policy="p", user="u", tasks=["t"]) == start_identity(c3, policy="p", user="u", tasks=["t"])
+
+
 def test_the_start_memo_is_read_only_under_its_identity_and_not_by_the_stage_that_wrote_it(tmp_path):
     """kit/train/grpo_memo.py: a field that acts after step 0 (group size, filtering) leaves the identity as it
     is, one that acts before (probe_k, temperature, the tasks) changes it; a stage does not read its own record

@@ -306,13 +306,25 @@ def arm_pairs(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95, data: O
     from kit.eval.paired import outcomes_by_task, paired_difference
 
     _, arms, ref_name, last = _arms_of(data if data is not None else collect(run_folder(run_dir)))
-    done = [a for a in arms if a["name"] != ref_name and last[a["name"]] is not None]
+    # units: every evaluated arm but the reference, then every pool with two or more evaluated runs (its
+    # replicates pooled per task); two replicates of one pool, or a pool and its own replicate, are not paired
+    # (a pool stands after its last replicate, in the recipe's order)
+    pools, units = pools_of(arms), []
+    for a in arms:
+        if a["name"] != ref_name and last[a["name"]] is not None:
+            units.append((a, a.get("pool"), outcomes_by_task(last[a["name"]]["episodes"])))
+        members = pools.get(a.get("pool") or "", [])
+        evs = [last[m["name"]] for m in members if last[m["name"]] is not None]
+        if members and a is members[-1] and len(evs) >= 2:
+            units.append(({"name": a["pool"], "label": f"{a['pool']} (pooled: {len(evs)} runs)",
+                           "paper": members[0].get("paper")}, a["pool"], pooled_outcomes(evs)))
     rows = []
-    for i, a in enumerate(done):
-        for b in done[i + 1:]:
+    for i, (a, pool_a, out_a) in enumerate(units):
+        for b, pool_b, out_b in units[i + 1:]:
+            if pool_a is not None and pool_a == pool_b:
+                continue
             la, lb = a.get("label") or a["name"], b.get("label") or b["name"]
-            d = paired_difference(outcomes_by_task(last[a["name"]]["episodes"]),
-                                  outcomes_by_task(last[b["name"]]["episodes"]), la, lb, ci=ci, n_boot=n_boot)
+            d = paired_difference(out_a, out_b, la, lb, ci=ci, n_boot=n_boot)
             paper = b["paper"] - a["paper"] if a.get("paper") is not None and b.get("paper") is not None else None
             rows.append({"arm": lb, "against": la, **_paired_columns(d, "Δ"), "paper Δ (points)": paper,
                          "verdict": verdict(paper, d.diff, d.ci95, d.p_value)})
@@ -361,9 +373,59 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95,
                     **engine_columns(engine), **trained_columns(sft), **rl_columns(grpo.get(arm["name"])),
                     **request_columns(ev["episodes"]), **_settings(ev["meta"])})
         rows.append(row)
+    for pool, members in pools_of(arms).items():
+        evs = [last[a["name"]] for a in members if last[a["name"]] is not None]
+        first = members[0]
+        row = {"arm": f"{pool} (pooled: {len(evs)} of {len(members)} runs)", "reference": False,
+               "pooled over": ", ".join(a["name"] for a in members)}
+        if len(evs) < 2:
+            rows.append({**row, "pass^1": math.nan, "verdict": "fewer than two of its runs evaluated yet",
+                         "paper arm": first.get("paper_label"), "paper (%)": first.get("paper")})
+            continue
+        episodes = pd.concat([pd.DataFrame(e["episodes"]) for e in evs], ignore_index=True)
+        p1, lo, hi = bootstrap_pass1(episodes, n_boot, ci)
+        row.update({"pass^1": p1, f"{int(ci * 100)}% CI": f"[{lo:.3f}, {hi:.3f}]"})
+        paper_diff = (first["paper"] - ref_arm["paper"] if ref_arm and first.get("paper") is not None
+                      and ref_arm.get("paper") is not None else None)
+        d = None
+        if ref_ev is not None:
+            d = paired_difference(outcomes_by_task(ref_ev["episodes"]), pooled_outcomes(evs),
+                                  ref_arm.get("label") or ref_name, row["arm"], ci=ci, n_boot=n_boot)
+            row.update(_paired_columns(d, "Δ vs reference"))
+        referees = {str(e["meta"].get("user_model")) for e in evs}
+        if len(referees) > 1:
+            warnings.append(f"{row['arm']}: its runs were judged by different referee users ({', '.join(sorted(referees))})")
+        row.update({"paper arm": first.get("paper_label"), "paper (%)": first.get("paper"),
+                    "paper Δ (points)": paper_diff,
+                    "verdict": verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None),
+                    **request_columns(episodes), **_settings(evs[0]["meta"]),
+                    "trials": f"{len(evs)} runs x {evs[0]['meta'].get('trials')}"})
+        rows.append(row)
     if ref_name and ref_ev is None and arms:
         warnings.append(f"the reference arm '{ref_name}' has no evaluation yet: no paired difference")
     return spec, pd.DataFrame(rows), warnings
+
+
+def pools_of(arms: list[dict]) -> dict[str, list[dict]]:
+    """{pool name: its arms, in the recipe's order} (ArmSpec.pool: replicates of one arm, e.g. GRPO seeds)."""
+    out: dict[str, list[dict]] = {}
+    for a in arms:
+        if a.get("pool"):
+            out.setdefault(a["pool"], []).append(a)
+    return out
+
+
+def pooled_outcomes(evaluations: list[dict]) -> dict[str, list[float]]:
+    """{task id: every replicate's outcomes of it}: a task's pass rate in a pool is the mean over all its
+    replicates' trials (kit.eval.paired.paired_difference averages a task's list), so the pool's pass^1 is the
+    mean of its runs' pass^1 on the tasks they share, and its paired interval is over tasks, as every row's."""
+    from kit.eval.paired import outcomes_by_task
+
+    out: dict[str, list[float]] = {}
+    for e in evaluations:
+        for t, xs in outcomes_by_task(e["episodes"]).items():
+            out.setdefault(t, []).extend(xs)
+    return out
 
 
 def save_rows(report_dir: str | Path, run_dir: str | Path, spec: dict, df: pd.DataFrame, warnings: list[str],

@@ -151,12 +151,17 @@ class ArmSpec(BaseModel):
     skip: list[str] = Field(default_factory=list, description="stage ids this arm leaves out")
     paper: Optional[float] = Field(default=None, description="The paper's number for this arm (%).")
     paper_label: Optional[str] = Field(default=None, description="The paper's name for this arm.")
+    pool: Optional[str] = Field(default=None, description="Replicates: arms with the same pool name (one GRPO at "
+                                "several seeds, say) get one more row on the ablation page, their episodes pooled per "
+                                "task (a task's pass rate over every replicate's trials) and paired against the "
+                                "reference: one GRPO run is one draw of a noisy process, their mean is the arm.")
 
-    @field_validator("name")
+    @field_validator("name", "pool")
     @classmethod
-    def _name(cls, v: str) -> str:
-        if not _ID.match(v):
-            raise ValueError(f"arm name '{v}' must start with a letter and hold only letters, digits, _ and -")
+    def _name(cls, v: Optional[str], info) -> Optional[str]:
+        if v is not None and not _ID.match(v):
+            raise ValueError(f"arm {info.field_name} '{v}' must start with a letter and hold only letters, digits, "
+                             "_ and -")
         return v
 
 
@@ -483,6 +488,16 @@ def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, ch
         for k, sid in enumerate(arm.skip):
             if sid not in ids:
                 errors.add(("arms", j, "skip", k), f"no stage with id '{sid}' (stage ids: {', '.join(ids)})")
+    pools: dict[str, list[str]] = {}
+    for arm in spec.arms:
+        if arm.pool is not None:
+            pools.setdefault(arm.pool, []).append(arm.name)
+    for j, arm in enumerate(spec.arms):
+        if arm.pool is not None and len(pools[arm.pool]) < 2:
+            errors.add(("arms", j, "pool"), f"pool '{arm.pool}' has one arm ({arm.name}): a pool pools replicates, "
+                       "give it two or more arms or drop `pool`")
+        elif arm.pool is not None and arm.pool in arm_names:
+            errors.add(("arms", j, "pool"), f"pool '{arm.pool}' is also an arm's name: the page's rows would share it")
 
     plan: list[PlannedStage] = []
     invalid: list[PlannedStage] = []  # stages whose params failed validation: raw params

@@ -62,7 +62,9 @@ class Curriculum:
         mine = list(range(r, len(self.tasks), W))
         wins = [0.0] * len(self.tasks)
         scored = [0.0] * len(self.tasks)  # episodes a server failed are not scored (Trajectory.infra_failed)
-        seed = ((c.seed * 7919 + 17) * 100_003 + step) * 101 + r  # apart from the steps' rollout seeds
+        # apart from the steps' rollout seeds; the first probe measures the start, the same for every GRPO seed
+        # (kit/train/grpo_memo.py: the seeds of one start share it), later ones the run's own policy
+        seed = ((start_seed(c.seed, step) * 7919 + 17) * 100_003 + step) * 101 + r
         chunk = max(1, c.probe_batch // k)  # tasks per rollout call: probe_batch episodes at once
         for start in range(0, len(mine), chunk):
             idx = mine[start: start + chunk]
@@ -104,6 +106,13 @@ class Curriculum:
         self.rates = dict(state.get("rates") or {})
         self.band = [by_id[i] for i in state.get("band") or [] if i in by_id] or list(self.tasks)
         self.last_probe = state.get("last_probe")
+
+
+def start_seed(seed: int, step: int) -> int:
+    """The seed a measurement at `step` samples with: 0 before the first step (the probe and the curve
+    point of the start are the start's, not the run's, so GRPO runs that differ only in `seed` share them),
+    the run's `seed` after."""
+    return seed if step > 0 else 0
 
 
 def gold_pattern(task: Any) -> str:

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from kit.train.grpo_config import GRPOConfig
+from kit.train.grpo_curriculum import start_seed
 
 
 class LearningCurve:
@@ -50,7 +51,7 @@ class LearningCurve:
         c = self.cfg
         t0 = time.perf_counter()
         rc = RolloutConfig(
-            max_messages=c.max_messages, max_errors=c.max_errors, seed=c.seed * 31 + 7 + step,
+            max_messages=c.max_messages, max_errors=c.max_errors, seed=start_seed(c.seed, step) * 31 + 7 + step,
             templates_dir=c.templates_dir,
             agent_params=SamplingParams(temperature=c.eval_temperature, max_new_tokens=c.max_new_tokens),
             user_params=SamplingParams(temperature=c.eval_temperature, max_new_tokens=c.user_max_new_tokens))

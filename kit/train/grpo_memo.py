@@ -7,7 +7,8 @@ Before step 0 the curriculum probes every RL task (probe_k episodes each) and th
 validation slice: a quarter to a half of a short CPU run's episodes (an ablation arm of 64 training episodes
 spends ~100 on its probe and 20 on its first curve point). Both are functions of the start alone: the policy's
 weights, the user simulator, the tasks and checkers, and the sampling and episode settings. Arms of an
-ablation that differ only in how they update (batch shape, filtering, learning rate, budget) start from the same
+ablation that differ only in how they update (batch shape, filtering, learning rate, budget) or in their GRPO
+`seed` (step 0 samples with seed 0 in every run: kit.train.grpo_curriculum.start_seed) start from the same
 place, so the second arm reads the first arm's step-0 records instead of rolling them out again. Its probes.jsonl
 and curve.jsonl say so (`reused_from`, the stage that measured them; `probe_s` / `eval_s` 0: nothing was spent).
 
@@ -30,7 +31,8 @@ AFTER_START = frozenset({
     "train_steps", "episode_budget", "group_size", "tasks_per_step", "lr", "clip_eps", "kl_coef", "filter_mode",
     "adv_scope", "resample_budget", "minibatches", "micro_batch_size", "micro_batch_tokens", "max_seq_tokens",
     "pack_turns", "loss_norm", "max_grad_norm", "weight_decay", "probe_every", "eval_every", "band_balance",
-    "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "user_tag", "weight_sync"})
+    "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "user_tag", "weight_sync",
+    "seed"})  # step 0 samples with seed 0 whatever the run's (grpo_curriculum.start_seed): seeds share a start
 
 
 def digest(obj: Any) -> str:
