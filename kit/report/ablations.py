@@ -343,6 +343,33 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95,
     ref_ev = last.get(ref_name)
     grpo = {r["arm"]: r for r in data["grpo_runs"]}  # an arm's (last) GRPO stage
     rows, warnings = [], []
+    ref_label = (ref_arm or {}).get("label") or ref_name
+
+    def score(row: dict, episodes, outcomes: dict, arm: dict, user_model: Any) -> dict:
+        """`row` with its pass^1 and interval, its paired difference to the reference (where that is evaluated
+        and the row is not it), `arm`'s paper number, the paper's difference and the verdict."""
+        p1, lo, hi = bootstrap_pass1(episodes, n_boot, ci)
+        row.update({"pass^1": p1, f"{int(ci * 100)}% CI": f"[{lo:.3f}, {hi:.3f}]"})
+        paper = arm.get("paper")
+        row.update({"paper arm": arm.get("paper_label"), "paper (%)": paper})
+        if row["reference"]:
+            return {**row, "paper Δ (points)": None, "verdict": "reference"}
+        paper_diff = (paper - ref_arm["paper"] if ref_arm and paper is not None and ref_arm.get("paper") is not None
+                      else None)
+        d = None
+        if ref_ev is not None:
+            d = paired_difference(outcomes_by_task(ref_ev["episodes"]), outcomes, ref_label, row["arm"],
+                                  ci=ci, n_boot=n_boot)
+            row.update(_paired_columns(d, "Δ vs reference"))
+            if d.unmatched:
+                warnings.append(f"{row['arm']}: {d.unmatched} tasks scored in only one of it and the reference "
+                                "(left out of the difference)")
+            if not same_model(ref_ev["meta"].get("user_model"), user_model):
+                warnings.append(f"{row['arm']}: referee user {user_model} differs from the reference's "
+                                f"{ref_ev['meta'].get('user_model')}: the difference is not the agent's alone")
+        return {**row, "paper Δ (points)": paper_diff,
+                "verdict": verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None)}
+
     for arm in arms:
         ev = last[arm["name"]]
         row = {"arm": arm.get("label") or arm["name"], "reference": arm["name"] == ref_name}
@@ -350,29 +377,11 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95,
             rows.append({**row, "pass^1": math.nan, "verdict": "not evaluated yet",
                          "paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper")})
             continue
-        p1, lo, hi = bootstrap_pass1(ev["episodes"], n_boot, ci)
-        row.update({"pass^1": p1, f"{int(ci * 100)}% CI": f"[{lo:.3f}, {hi:.3f}]"})
-        paper_diff = (arm["paper"] - ref_arm["paper"] if ref_arm and arm.get("paper") is not None
-                      and ref_arm.get("paper") is not None and arm["name"] != ref_name else None)
-        d = None
-        if ref_ev is not None and arm["name"] != ref_name:
-            d = paired_difference(outcomes_by_task(ref_ev["episodes"]), outcomes_by_task(ev["episodes"]),
-                                  ref_arm.get("label") or ref_name, row["arm"], ci=ci, n_boot=n_boot)
-            row.update(_paired_columns(d, "Δ vs reference"))
-            if d.unmatched:
-                warnings.append(f"{row['arm']}: {d.unmatched} tasks scored in only one of it and the reference "
-                                "(left out of the difference)")
-            if not same_model(ref_ev["meta"].get("user_model"), ev["meta"].get("user_model")):
-                warnings.append(f"{row['arm']}: referee user {ev['meta'].get('user_model')} differs from the "
-                                f"reference's {ref_ev['meta'].get('user_model')}: the difference is not the agent's alone")
+        row = score(row, ev["episodes"], outcomes_by_task(ev["episodes"]), arm,
+                    ev["meta"].get("user_model"))
         engine, sft = _engine_of_arm(data, ev["key"])
-        row.update({"paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper"),
-                    "paper Δ (points)": paper_diff,
-                    "verdict": "reference" if arm["name"] == ref_name else
-                    verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None),
-                    **engine_columns(engine), **trained_columns(sft), **rl_columns(grpo.get(arm["name"])),
-                    **request_columns(ev["episodes"]), **_settings(ev["meta"])})
-        rows.append(row)
+        rows.append({**row, **engine_columns(engine), **trained_columns(sft), **rl_columns(grpo.get(arm["name"])),
+                     **request_columns(ev["episodes"]), **_settings(ev["meta"])})
     for pool, members in pools_of(arms).items():
         evs = [last[a["name"]] for a in members if last[a["name"]] is not None]
         first = members[0]
@@ -382,25 +391,13 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95,
             rows.append({**row, "pass^1": math.nan, "verdict": "fewer than two of its runs evaluated yet",
                          "paper arm": first.get("paper_label"), "paper (%)": first.get("paper")})
             continue
-        episodes = pd.concat([pd.DataFrame(e["episodes"]) for e in evs], ignore_index=True)
-        p1, lo, hi = bootstrap_pass1(episodes, n_boot, ci)
-        row.update({"pass^1": p1, f"{int(ci * 100)}% CI": f"[{lo:.3f}, {hi:.3f}]"})
-        paper_diff = (first["paper"] - ref_arm["paper"] if ref_arm and first.get("paper") is not None
-                      and ref_arm.get("paper") is not None else None)
-        d = None
-        if ref_ev is not None:
-            d = paired_difference(outcomes_by_task(ref_ev["episodes"]), pooled_outcomes(evs),
-                                  ref_arm.get("label") or ref_name, row["arm"], ci=ci, n_boot=n_boot)
-            row.update(_paired_columns(d, "Δ vs reference"))
         referees = {str(e["meta"].get("user_model")) for e in evs}
         if len(referees) > 1:
             warnings.append(f"{row['arm']}: its runs were judged by different referee users ({', '.join(sorted(referees))})")
-        row.update({"paper arm": first.get("paper_label"), "paper (%)": first.get("paper"),
-                    "paper Δ (points)": paper_diff,
-                    "verdict": verdict(paper_diff, d.diff if d else None, d.ci95 if d else None, d.p_value if d else None),
-                    **request_columns(episodes), **_settings(evs[0]["meta"]),
-                    "trials": f"{len(evs)} runs x {evs[0]['meta'].get('trials')}"})
-        rows.append(row)
+        episodes = pd.concat([pd.DataFrame(e["episodes"]) for e in evs], ignore_index=True)
+        row = score(row, episodes, pooled_outcomes(evs), first, evs[0]["meta"].get("user_model"))
+        rows.append({**row, **request_columns(episodes), **_settings(evs[0]["meta"]),
+                     "trials": f"{len(evs)} runs x {evs[0]['meta'].get('trials')}"})
     if ref_name and ref_ev is None and arms:
         warnings.append(f"the reference arm '{ref_name}' has no evaluation yet: no paired difference")
     return spec, pd.DataFrame(rows), warnings
