@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kit.report.ablations import ablation_rows, ablations_page, default_reference, verdict
-from tests._fake_run import fake_ablation_run
+from tests._fake_run import fake_ablation_run, fake_provenance_run
 
 N = 40  # tasks per arm
 
@@ -73,6 +73,16 @@ def test_an_unfinished_arm_and_a_missing_reference_say_so(tmp_path):
     rows = df.set_index("arm")
     assert rows.loc["C", "verdict"] == "not evaluated yet"
     assert any("reference arm 'c' has no evaluation" in w for w in warnings)
+
+
+def test_an_arm_whose_agent_never_trained_says_so_in_its_name(tmp_path):
+    # the 'rl' arm's evaluation scores grpo_skip/model, a GRPO stage whose every step was skipped: the page names
+    # what was evaluated, not only what the recipe's label intended
+    run = fake_provenance_run(tmp_path)
+    _, df, _ = ablation_rows(run, n_boot=200)
+    names = list(df["arm"])
+    assert names[0] == "SFT checkpoint"
+    assert names[1].startswith("RL, fine-tuned user — ") and "GRPO skipped: all groups filtered" in names[1]
 
 
 def test_replicate_arms_of_one_pool_get_a_pooled_row_paired_with_the_reference(tmp_path):

@@ -292,6 +292,15 @@ def _arms_of(data: dict) -> tuple[dict, list[dict], Optional[str], dict[str, Opt
     return spec, arms, ref_name, last
 
 
+def _arm_label(arm: dict, ev: Optional[dict]) -> str:
+    """An arm's name on the page: its recipe label, followed by ' — <why>' when the agent its evaluation scored is
+    a training stage's output that holds its start's weights (a skipped GRPO, a validation-best point before any
+    update): the label says what was evaluated, not what the recipe intended."""
+    prov = (ev or {}).get("provenance")
+    label = arm.get("label") or arm["name"]
+    return f"{label} — {prov.untrained}" if prov is not None and prov.untrained else label
+
+
 def _paired_columns(d, delta_key: str) -> dict:
     """A paired difference (kit.eval.paired.PairedDiff) as the page's columns."""
     return {delta_key: d.diff, "Δ CI": f"[{d.ci95[0]:+.3f}, {d.ci95[1]:+.3f}]", "p": d.p_value, "MDE": d.mde,
@@ -323,7 +332,7 @@ def arm_pairs(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95, data: O
         for b, pool_b, out_b in units[i + 1:]:
             if pool_a is not None and pool_a == pool_b:
                 continue
-            la, lb = a.get("label") or a["name"], b.get("label") or b["name"]
+            la, lb = _arm_label(a, last.get(a["name"])), _arm_label(b, last.get(b["name"]))
             d = paired_difference(out_a, out_b, la, lb, ci=ci, n_boot=n_boot)
             paper = b["paper"] - a["paper"] if a.get("paper") is not None and b.get("paper") is not None else None
             rows.append({"arm": lb, "against": la, **_paired_columns(d, "Δ"), "paper Δ (points)": paper,
@@ -343,7 +352,7 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95,
     ref_ev = last.get(ref_name)
     grpo = {r["arm"]: r for r in data["grpo_runs"]}  # an arm's (last) GRPO stage
     rows, warnings = [], []
-    ref_label = (ref_arm or {}).get("label") or ref_name
+    ref_label = _arm_label(ref_arm, ref_ev) if ref_arm else ref_name
 
     def score(row: dict, episodes, outcomes: dict, arm: dict, user_model: Any) -> dict:
         """`row` with its pass^1 and interval, its paired difference to the reference (where that is evaluated
@@ -372,7 +381,7 @@ def ablation_rows(run_dir: str | Path, n_boot: int = 2000, ci: float = 0.95,
 
     for arm in arms:
         ev = last[arm["name"]]
-        row = {"arm": arm.get("label") or arm["name"], "reference": arm["name"] == ref_name}
+        row = {"arm": _arm_label(arm, ev), "reference": arm["name"] == ref_name}
         if ev is None:
             rows.append({**row, "pass^1": math.nan, "verdict": "not evaluated yet",
                          "paper arm": arm.get("paper_label"), "paper (%)": arm.get("paper")})
