@@ -140,3 +140,50 @@ def test_more_than_one_trial_must_sample():
     # an earlier evaluation's record (eval.json's config, read back by the report) is what ran, not a request
     old = EvalConfig.model_validate({"domain": "mock", "trials": 4}, context={"recorded": True})
     assert (old.trials, old.temperature) == (4, 0.0)
+
+
+@pytest.mark.slow  # two real evaluations of the embedded model (~25 s)
+def test_an_evaluation_of_the_same_weights_and_settings_is_reused_not_sampled_again(tmp_path):
+    """GRPO's model_best/ when its curve never rose holds its start's weights under another folder: evaluating it
+    again would sample the same episodes (evaluation is deterministic in weights and settings), so the second
+    evaluation copies the first's (kit.eval.memo). Real evaluations of the embedded model, one task; any other
+    weights or settings are not reused."""
+    import os
+
+    from kit.envs import load_domain
+    from kit.eval.memo import EvalMemo
+    from kit.llm.embedded import embedded_model_path
+
+    src = embedded_model_path()
+    folders = {}
+    for name in ("a", "b", "c"):  # a and b: the same files under two names; c: another config
+        d = tmp_path / name
+        d.mkdir()
+        for f in src.iterdir():
+            if f.is_file():
+                os.symlink(f, d / f.name)
+        folders[name] = d
+    cfg_c = json.loads((src / "config.json").read_text())
+    (folders["c"] / "config.json").unlink()
+    (folders["c"] / "config.json").write_text(json.dumps({**cfg_c, "kit_test": 1}))
+    memo_dir = tmp_path / "memo"
+
+    def cfg(folder, out, **kw):
+        spec = folder if str(folder).startswith("openai:") else f"hf:{folder}"
+        return EvalConfig(domain="mock", model=spec, user_model=f"hf:{folders['a']}", limit=1, trials=1,
+                          max_messages=4, max_new_tokens=16, user_max_new_tokens=16, out_dir=str(tmp_path / out), **kw)
+
+    first = evaluate(cfg(folders["a"], "ev_a"), progress=False, memo_dir=memo_dir)
+    assert "reused_from" not in first.meta and len(first.episodes) == 1
+    second = evaluate(cfg(folders["b"], "ev_b"), progress=False, memo_dir=memo_dir)
+    assert second.meta["reused_from"] == str((tmp_path / "ev_a").resolve())
+    assert second.meta["model"] == f"hf:{folders['b']}"  # the record names what this stage evaluated
+    assert (tmp_path / "ev_b" / "trajectories.jsonl").read_text() == (tmp_path / "ev_a" / "trajectories.jsonl").read_text()
+    cols = ["task_id", "reward", "termination", "steps", "agent_tokens"]
+    assert second.episodes[cols].to_dict("records") == first.episodes[cols].to_dict("records")
+    tasks = load_domain("mock").tasks()[:1]
+    assert EvalMemo.open(memo_dir, cfg(folders["b"], "x"), tasks).find() is not None
+    assert EvalMemo.open(memo_dir, cfg(folders["c"], "x"), tasks).find() is None  # other files
+    assert EvalMemo.open(memo_dir, cfg(folders["a"], "x", temperature=0.6), tasks).find() is None  # other sampling
+    assert EvalMemo.open(memo_dir, cfg(folders["a"], "x", seed=1), tasks).find() is None
+    assert EvalMemo.open(memo_dir, cfg("openai:http://127.0.0.1:1/v1#m", "x"), tasks) is None  # an endpoint

@@ -97,8 +97,11 @@ def _token_caps(cfg: EvalConfig, dom, tasks: list, agent, user) -> Optional[dict
     return caps
 
 
-def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> EvalResult:
-    """Run cfg.trials episodes per task and score them. Backends may be passed in directly."""
+def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True,
+             memo_dir: Optional[str | Path] = None) -> EvalResult:
+    """Run cfg.trials episodes per task and score them. Backends may be passed in directly. `memo_dir`: where
+    finished evaluations are recorded by what they read (kit.eval.memo); an evaluation of the same weights under
+    the same settings found there is copied (its trajectories) instead of sampled again."""
     from kit.llm import make_backend
 
     if cfg.protocol == "tau2":
@@ -117,6 +120,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     if budget_warning:
         log.warning(budget_warning)
     leak, leak_warning = _check_leak(cfg, dom, tasks)  # before any backend: a leaking run loads no model
+    given = agent is not None or user is not None  # backends passed in: their weights are not known here
     agent = agent or make_backend(cfg.model)
     user = user or (agent if cfg.user_model == cfg.model else make_backend(cfg.user_model))
     caps = _token_caps(cfg, dom, tasks, agent, user)
@@ -129,6 +133,19 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     traj_path = out / "trajectories.jsonl" if out else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
+    memo = reused_from = None
+    if out and memo_dir and not given:
+        from kit.eval.memo import EvalMemo
+
+        memo = EvalMemo.open(memo_dir, cfg, tasks)
+        src = memo.find(exclude=out) if memo else None
+        if src is not None and not traj_path.exists():
+            import shutil
+
+            shutil.copyfile(src / "trajectories.jsonl", traj_path)
+            reused_from = str(src)
+            log.warning("the same agent and user weights under the same settings were evaluated in %s: its "
+                        "episodes are reused, none is sampled (kit.eval.memo)", src)
     # an episode a server failed runs again (its line stays in the file; the rerun's, later, wins)
     done = {k: t for k, t in (done_pairs(traj_path) if traj_path else {}).items() if not t.infra_failed}
     todo = [(t, k) for t in tasks for k in range(cfg.trials) if (t.id, k) not in done]
@@ -201,7 +218,11 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True) -> E
     }
     if cfg.cross_check and len(df):
         meta["tau2_agreement"] = float(df["agree"].mean())
+    if reused_from:
+        meta["reused_from"] = reused_from
     res = EvalResult(cfg, df, passk, meta)
     if out:
         res.write(out)
+        if memo is not None and not infra and len(df) == len(tasks) * cfg.trials:
+            memo.record(out)
     return res

@@ -43,7 +43,6 @@ import html
 import json
 import math
 import time
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
@@ -183,43 +182,14 @@ def _engine_of_arm(data: dict, eval_key: str) -> tuple[Optional[dict], Optional[
 
 
 def same_model(a: Any, b: Any) -> bool:
-    """Two model references name the same model: the same text, or two folders whose weight files
-    (*.safetensors) are byte for byte the same (a stage reused by `kit run --keep` names its first run's folder)."""
+    """Two model references name the same model: the same text, or two folders whose files a backend reads are
+    byte for byte the same (kit.llm.weights: a stage reused by `kit run --keep` names its first run's folder)."""
+    from kit.llm.weights import weights_digest
+
     if str(a) == str(b):
         return True
-    fa, fb = (sorted(Path(d).glob("*.safetensors")) if (d := _model_folder(x)) and Path(d).is_dir() else []
-              for x in (a, b))
-    if not fa or [f.name for f in fa] != [f.name for f in fb]:
-        return False
-    return all(x.stat().st_size == y.stat().st_size and _file_digest(x) == _file_digest(y) for x, y in zip(fa, fb))
-
-
-def _model_folder(ref: Any) -> Optional[str]:
-    """The folder a model reference names ("hf:/x", "vllm:/x" or a bare folder, as eval.json's meta writes
-    them); None for the embedded model, an endpoint, or anything that does not parse."""
-    if not ref:
-        return None
-    from kit.llm.spec import ModelSpec
-
-    try:
-        spec = ModelSpec.parse(str(ref), folder_kind="hf")
-    except ValueError:
-        return None
-    return spec.path if spec.local and not spec.embedded else None
-
-
-@lru_cache(maxsize=64)
-def _digest(path: str, mtime_ns: int, size: int) -> str:
-    """A weight file's sha256 (kit.runner.manifest.sha256_file), once per file version: the reference arm's
-    referee is compared with every other arm's."""
-    from kit.runner.manifest import sha256_file
-
-    return sha256_file(Path(path))
-
-
-def _file_digest(path: Path) -> str:
-    st = path.stat()
-    return _digest(str(path), st.st_mtime_ns, st.st_size)
+    da = weights_digest(a)
+    return da is not None and da == weights_digest(b)
 
 
 def trained_columns(sft: Optional[dict]) -> dict:

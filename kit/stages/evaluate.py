@@ -8,7 +8,9 @@ states the request (request_stated) and how often episodes end by a stop rather 
 (kit.eval.tau2_native). Every number is recorded with the agent, the user simulator, the sampling
 and the tau2 version, and pass^1 is also given per task shape and per phrasing (kit.data.task_labels).
 More than one trial must sample: trials > 1 at temperature 0 is refused (kit.eval.config). A rerun
-resumes (trajectories.jsonl).
+resumes (trajectories.jsonl). An evaluation of byte-identical agent and user weights under the same settings
+that already ran in this runs folder is reused, its episodes copied rather than sampled (kit.eval.memo;
+eval.json's meta `reused_from`): GRPO's model_best/ when its curve never rose is its start's weights.
 
 Leak check first (kit.eval.leak, before any model is loaded): the evaluation tasks' gold actions
 against what this run trained on (`training_data`; by default every synthesize / sft_user /
@@ -92,7 +94,9 @@ def run(config: Config, st) -> Outputs:
     print("leak check against:", *(train_paths or ["(no training data)"]), sep="\n  ")
     cfg = EvalConfig(**mechanism_kwargs(config, EvalConfig, model=agent_spec, user_model=user_spec,
                                         training_data=train_paths, out_dir=str(st.out_dir)))
-    res = evaluate(cfg, progress=True)
+    # an evaluation of the same weights under the same settings, anywhere in this runs folder, is reused rather
+    # than sampled again (kit.eval.memo: e.g. GRPO's model_best/ that is its start)
+    res = evaluate(cfg, progress=True, memo_dir=st.run_dir.parent / ".memo" / "eval")
     for w in res.meta.get("warnings") or []:
         st.warn(w)
     print(res.summary_line())
