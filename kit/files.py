@@ -42,6 +42,13 @@ def iter_jsonl(path: str | Path, torn_tail: bool = False) -> Iterator[tuple[int,
                 yield lineno, BadLine(str(path), lineno, f"not JSON ({e.msg} at column {e.colno})")
 
 
+def json_digest(obj: Any) -> str:
+    """sha256 of `obj` as sorted-key JSON: the identity key of a memo (kit.train.grpo_memo, kit.eval.memo)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
     """Every complete JSON line of one of our own files (missing file: []); a torn or corrupt line
     is skipped (kit.engine.store.RunStore.recover removes it)."""

