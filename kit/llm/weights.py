@@ -53,14 +53,13 @@ def _digest(path: str, mtime_ns: int, size: int) -> str:
 def _folder_digests(folder: Path, files: list[Path]) -> list[str]:
     """Each file's sha256, read from the folder's DIGESTS record where its size and mtime still match (a 60 GB
     checkpoint is hashed once, not by every stage that asks) and written back there when the folder is writable."""
-    import json
     import os
 
+    from kit.files import read_json, write_json
+
     rec_path = folder / DIGESTS
-    try:
-        rec = json.loads(rec_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        rec = {}
+    rec = read_json(rec_path)
+    rec = rec if isinstance(rec, dict) else {}
     out, changed = [], False
     for f in files:
         st = f.stat()
@@ -74,9 +73,7 @@ def _folder_digests(folder: Path, files: list[Path]) -> list[str]:
         out.append(d)
     if changed and os.access(folder, os.W_OK):
         try:
-            tmp = rec_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(rec), encoding="utf-8")
-            tmp.replace(rec_path)
+            write_json(rec_path, rec)
         except OSError:
             pass
     return out
