@@ -41,6 +41,13 @@ stratified division: in every (shape, phrasing) cell a quarter of the tasks (3 t
 free-form; 63 in all) is "val", for learning curves during training, and the rest (189) "test",
 for the numbers a run reports. The kit loads them as splits `heldout` (all), `heldout_val` and
 `heldout_test` (kit/data).
+
+A second file, kit/data/mock_confirm.json (`--confirm`; split `heldout_confirm`), is a confirmation slice:
+the same generator at two further seeds (CONFIRM_SEEDS), every task whose gold actions equal those of a task
+of the main set (or of an earlier confirmation task) dropped, ids `confirm-000` ..., every task's `split`
+"confirm". It exists for a test declared after the 252 were used to choose something (a policy, a seed, a
+setting): an evaluation on it is independent of that choice. The engine's held-out guard does not read it;
+the evaluation's leak check does (kit.eval.leak, `--training-data`).
 """
 from __future__ import annotations
 
@@ -57,6 +64,8 @@ PER_CELL = {"template": 12, "free_form": 24}  # tasks per shape
 VAL_PER_CELL = {"template": 3, "free_form": 6}  # of them, in the validation slice
 GENERATOR = "scripts/make_mock_heldout.py; never used for training"
 OUT = Path(__file__).resolve().parents[1] / "kit" / "data" / "mock_heldout.json"
+CONFIRM_SEEDS = (SEED + 1, SEED + 2)
+CONFIRM_OUT = OUT.with_name("mock_confirm.json")
 
 FIRST = ["Anna", "Bruno", "Chiara", "Dmitri", "Elif", "Farah", "Goran", "Hana", "Ivo", "Jun",
          "Kofi", "Lena", "Mateo", "Nadia", "Oskar", "Priya", "Quinn", "Rosa", "Sami", "Tomas",
@@ -458,16 +467,38 @@ def make_tasks(seed: int = SEED) -> list[dict]:
     return [t for t, _, _ in out]
 
 
-def write(path: Path = OUT, seed: int = SEED) -> Path:
+def make_confirm_tasks(seeds=CONFIRM_SEEDS, seed: int = SEED) -> list[dict]:
+    """The confirmation slice: make_tasks at each of `seeds`, minus every task whose gold actions a task of the
+    main set (make_tasks(seed)) or an earlier kept one already has; ids confirm-000 ..., split "confirm"."""
+    seen = {_key(t) for t in make_tasks(seed)}
+    out: list[dict] = []
+    for s in seeds:
+        for task in make_tasks(s):
+            if _key(task) in seen:
+                continue
+            seen.add(_key(task))
+            meta = json.loads(task["description"]["notes"])
+            meta.update(split="confirm", seed=s)
+            old, task["id"] = task["id"], f"confirm-{len(out):03d}"
+            for action in task["evaluation_criteria"]["actions"]:
+                action["action_id"] = action["action_id"].replace(f"{old}-", f"{task['id']}-", 1)
+            task["description"]["notes"] = json.dumps(meta)
+            out.append(task)
+    return out
+
+
+def write(path: Path = OUT, seed: int = SEED, confirm: bool = False) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(make_tasks(seed), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tasks = make_confirm_tasks(seed=seed) if confirm else make_tasks(seed)
+    path.write_text(json.dumps(tasks, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--out", default=None, help=f"default: {OUT} ({CONFIRM_OUT} with --confirm)")
     ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--confirm", action="store_true", help="write the confirmation slice instead")
     a = ap.parse_args()
-    print(write(Path(a.out), a.seed))
+    print(write(Path(a.out or (CONFIRM_OUT if a.confirm else OUT)), a.seed, a.confirm))

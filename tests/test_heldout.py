@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from kit import _tau2
-from kit.data import HELDOUT_FILES, HELDOUT_SPLITS, heldout_tasks, task_meta
+from kit.data import CONFIRM_FILES, HELDOUT_FILES, HELDOUT_SPLITS, heldout_tasks, task_meta
 from kit.envs import load_domain
 from kit.errors import UnknownName
 from kit.replay import gold_trajectory, trajectory_from_actions
@@ -179,7 +179,7 @@ def test_validation_and_test_slices_are_disjoint_stratified_and_fixed(dom, tasks
     for cell, n in cells.items():  # a quarter of every shape x phrasing cell
         assert in_val[cell] == n // 4, (cell, in_val[cell], n)
     assert hashlib.sha256(",".join(sorted(ids_val)).encode()).hexdigest()[:16] == VAL_IDS_SHA
-    assert set(HELDOUT_SPLITS) == {"heldout", "heldout_val", "heldout_test"}
+    assert set(HELDOUT_SPLITS) == {"heldout", "heldout_val", "heldout_test", "heldout_confirm"}
     with pytest.raises(UnknownName):
         heldout_tasks("mock", "heldout_train")
 
@@ -219,3 +219,27 @@ def test_generator_is_independent_and_reproducible(tmp_path):
     spec.loader.exec_module(gen)
     out = gen.write(tmp_path / "mock_heldout.json")
     assert out.read_bytes() == HELDOUT_FILES["mock"].read_bytes()
+
+
+def test_the_confirmation_slice_is_new_solvable_labelled_and_reproducible(dom, tasks, tmp_path):
+    """heldout_confirm (kit/data/mock_confirm.json): the generator at two further seeds, no task whose gold actions
+    a task of the main set has (nor two of its own alike), every shape in both phrasings, gold earns 1 and doing
+    nothing 0 (both verifiers), reachable by id, and written byte for byte by `make_mock_heldout.py --confirm`."""
+    confirm = dom.tasks("heldout_confirm")
+    assert len(confirm) >= 400
+    assert [t.id for t in confirm] == [f"confirm-{i:03d}" for i in range(len(confirm))]
+    assert dom.task(confirm[-1].id) is not None and not {t.id for t in confirm} & {t.id for t in tasks}
+    keys = [_actions(t) for t in confirm]
+    assert len(set(keys)) == len(keys) and not set(keys) & {_actions(t) for t in tasks}
+    metas = [task_meta(t) for t in confirm]
+    assert {m["split"] for m in metas} == {"confirm"}
+    assert {(m["shape"], m["phrasing"]) for m in metas} == {(s, p) for s in SHAPES for p in ("template", "free_form")}
+    for t in confirm[::25]:
+        gold = gold_trajectory(dom, t)
+        assert tau2_verdict("mock", t, gold)["reward"] == 1.0 and verify(dom, t, gold).reward == 1.0, t.id
+        idle = trajectory_from_actions(dom, t, [], "I'm sorry, I cannot help with that.")
+        assert tau2_verdict("mock", t, idle)["reward"] == 0.0 and verify(dom, t, idle).reward == 0.0, t.id
+    spec = importlib.util.spec_from_file_location("make_mock_heldout", SCRIPT)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.write(tmp_path / "c.json", confirm=True).read_bytes() == CONFIRM_FILES["mock"].read_bytes()

@@ -4,6 +4,7 @@
     tasks = heldout_tasks("mock")                  # 252 τ² Tasks, ids heldout-000 ...
     val = heldout_tasks("mock", "heldout_val")     # the fixed validation slice (63): learning curves
     test = heldout_tasks("mock", "heldout_test")   # the fixed test slice (189): the numbers a run reports
+    confirm = heldout_tasks("mock", "heldout_confirm")  # a separate confirmation slice (477), kit/data/mock_confirm.json
     task_meta(tasks[0])                            # {"shape": "create", "phrasing": "template", "split": "test", ...}
     task_labels(dom, tasks)                        # {task id: (shape, phrasing)}: what evaluation breaks pass^1 down by
 
@@ -23,8 +24,13 @@ from typing import Optional
 
 HELDOUT_SPLIT = "heldout"
 # split name -> the slice it keeps (None: the whole set); each task's slice is in its metadata
-HELDOUT_SPLITS = {HELDOUT_SPLIT: None, "heldout_val": "val", "heldout_test": "test"}
+HELDOUT_SPLITS = {HELDOUT_SPLIT: None, "heldout_val": "val", "heldout_test": "test", "heldout_confirm": "confirm"}
 HELDOUT_FILES = {"mock": Path(__file__).with_name("mock_heldout.json")}
+# the confirmation slice: its own file (scripts/make_mock_heldout.py --confirm), not part of `heldout`; for a test
+# declared after the 252 tasks above were used to choose something (a policy, a seed), so that it is
+# independent of that choice. The engine's held-out guard does not read it; the evaluation's leak check does.
+CONFIRM_SPLIT = "heldout_confirm"
+CONFIRM_FILES = {"mock": Path(__file__).with_name("mock_confirm.json")}
 
 
 def task_meta(task) -> Optional[dict]:
@@ -67,6 +73,7 @@ def heldout_tasks(domain: str, split: str = HELDOUT_SPLIT) -> list:
         raise UnknownName(f"no held-out tasks for domain '{domain}'; available: {', '.join(HELDOUT_FILES)}")
     if split not in HELDOUT_SPLITS:
         raise UnknownName(f"no held-out split '{split}'", f"use one of {', '.join(HELDOUT_SPLITS)}")
-    tasks = [Task.model_validate(t) for t in json.loads(HELDOUT_FILES[domain].read_text(encoding="utf-8"))]
+    path = CONFIRM_FILES[domain] if split == CONFIRM_SPLIT else HELDOUT_FILES[domain]
+    tasks = [Task.model_validate(t) for t in json.loads(path.read_text(encoding="utf-8"))]
     part = HELDOUT_SPLITS[split]
     return tasks if part is None else [t for t in tasks if (task_meta(t) or {}).get("split") == part]

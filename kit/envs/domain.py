@@ -28,7 +28,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Optional
 
 from kit import _tau2  # noqa: F401  (sets the offline environment before tau2 loads)
-from kit.data import HELDOUT_FILES, HELDOUT_SPLIT, HELDOUT_SPLITS, heldout_tasks
+from kit.data import CONFIRM_SPLIT, HELDOUT_FILES, HELDOUT_SPLIT, HELDOUT_SPLITS, heldout_tasks
 from kit.envs.cow import WriteGuard, fork_db, table_fields
 from kit.envs.episode import EpisodeEnv
 from kit.envs.rules import BUILTIN_RULES, PolicyRule
@@ -150,7 +150,7 @@ class Domain:
     def tasks(self, split: Optional[str] = "default") -> list[Task]:
         """Tasks of a split ('default' = tau2's default task set; None = every task;
         'heldout' = the kit's held-out set, kit/data/, where it ships one for this domain; 'heldout_val' and
-        'heldout_test' its fixed validation and test slices)."""
+        'heldout_test' its fixed validation and test slices; 'heldout_confirm' a separate confirmation slice)."""
         if split == "default":
             split = self.default_split
         if split not in self._task_cache:  # tau2 re-reads (telecom: 14 MB) per call
@@ -169,7 +169,7 @@ class Domain:
 
     def task(self, task_id: str) -> Task:
         if self._task_index is None:
-            held = self.tasks(HELDOUT_SPLIT) if self.name in HELDOUT_FILES else []
+            held = self.tasks(HELDOUT_SPLIT) + self.tasks(CONFIRM_SPLIT) if self.name in HELDOUT_FILES else []
             self._task_index = {t.id: t for t in self.tasks(None) + held}
         if task_id not in self._task_index:
             from kit.errors import UnknownName

@@ -18,7 +18,8 @@ class EvalKnobs(BaseModel):
 
     split: Optional[str] = Field(default="default", description="τ² split: train / test / base, 'default' "
                                  "(tau2's default set), 'heldout' (the kit's own; 'heldout_val' / 'heldout_test' "
-                                 "its fixed validation / test slices) or None (all).")
+                                 "its fixed validation / test slices; 'heldout_confirm' a separate confirmation "
+                                 "slice) or None (all).")
     tasks_file: Optional[str] = Field(default=None, description="JSON list or JSONL of tau2 Task objects; "
                                       "replaces `split`.")
     trials: int = Field(default=1, ge=1, description="Episodes per task (pass^k needs k <= trials; more than one "
