@@ -43,7 +43,7 @@ for the numbers a run reports. The kit loads them as splits `heldout` (all), `he
 `heldout_test` (kit/data).
 
 A second file, kit/data/mock_confirm.json (`--confirm`; split `heldout_confirm`), is a confirmation slice:
-the same generator at two further seeds (CONFIRM_SEEDS), every task whose gold actions equal those of a task
+the same generator at three further seeds (CONFIRM_SEEDS), every task whose gold actions equal those of a task
 of the main set (or of an earlier confirmation task) dropped, ids `confirm-000` ..., every task's `split`
 "confirm". It exists for a test declared after the 252 were used to choose something (a policy, a seed, a
 setting): an evaluation on it is independent of that choice. The engine's held-out guard does not read it;
@@ -64,7 +64,7 @@ PER_CELL = {"template": 12, "free_form": 24}  # tasks per shape
 VAL_PER_CELL = {"template": 3, "free_form": 6}  # of them, in the validation slice
 GENERATOR = "scripts/make_mock_heldout.py; never used for training"
 OUT = Path(__file__).resolve().parents[1] / "kit" / "data" / "mock_heldout.json"
-CONFIRM_SEEDS = (SEED + 1, SEED + 2)
+CONFIRM_SEEDS = (SEED + 1, SEED + 2, SEED + 3)
 CONFIRM_OUT = OUT.with_name("mock_confirm.json")
 
 FIRST = ["Anna", "Bruno", "Chiara", "Dmitri", "Elif", "Farah", "Goran", "Hana", "Ivo", "Jun",

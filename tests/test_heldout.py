@@ -222,7 +222,7 @@ def test_generator_is_independent_and_reproducible(tmp_path):
 
 
 def test_the_confirmation_slice_is_new_solvable_labelled_and_reproducible(dom, tasks, tmp_path):
-    """heldout_confirm (kit/data/mock_confirm.json): the generator at two further seeds, no task whose gold actions
+    """heldout_confirm (kit/data/mock_confirm.json): the generator at three further seeds, no task whose gold actions
     a task of the main set has (nor two of its own alike), every shape in both phrasings, gold earns 1 and doing
     nothing 0 (both verifiers), reachable by id, and written byte for byte by `make_mock_heldout.py --confirm`."""
     confirm = dom.tasks("heldout_confirm")

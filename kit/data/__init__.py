@@ -4,7 +4,7 @@
     tasks = heldout_tasks("mock")                  # 252 τ² Tasks, ids heldout-000 ...
     val = heldout_tasks("mock", "heldout_val")     # the fixed validation slice (63): learning curves
     test = heldout_tasks("mock", "heldout_test")   # the fixed test slice (189): the numbers a run reports
-    confirm = heldout_tasks("mock", "heldout_confirm")  # a separate confirmation slice (477), kit/data/mock_confirm.json
+    confirm = heldout_tasks("mock", "heldout_confirm")  # a separate confirmation slice (712), kit/data/mock_confirm.json
     task_meta(tasks[0])                            # {"shape": "create", "phrasing": "template", "split": "test", ...}
     task_labels(dom, tasks)                        # {task id: (shape, phrasing)}: what evaluation breaks pass^1 down by
 
