@@ -46,8 +46,9 @@ A second file, kit/data/mock_confirm.json (`--confirm`; split `heldout_confirm`)
 the same generator at three further seeds (CONFIRM_SEEDS), every task whose gold actions equal those of a task
 of the main set (or of an earlier confirmation task) dropped, ids `confirm-000` ..., every task's `split`
 "confirm". It exists for a test declared after the 252 were used to choose something (a policy, a seed, a
-setting): an evaluation on it is independent of that choice. The engine's held-out guard does not read it;
-the evaluation's leak check does (kit.eval.leak, `--training-data`).
+setting): an evaluation on it is independent of that choice. The engine's held-out guard (kit/engine/validate.py)
+rejects its solutions as it does the main set's (engine runs made before the slice existed may hold a few: the
+evaluation's leak check, kit.eval.leak, finds them).
 """
 from __future__ import annotations
 

@@ -190,10 +190,13 @@ def test_the_engine_and_the_leak_check_see_every_held_out_task(dom, tasks):
     from kit.engine.validate import evaluation_action_keys, executable_checks
     from kit.eval.leak import gold_action_keys, leak_report
 
-    assert {t.id for t in tasks} <= set(evaluation_action_keys(dom))
+    assert {t.id for t in tasks} | {t.id for t in dom.tasks("heldout_confirm")} <= set(evaluation_action_keys(dom))
     newest = [t for t in tasks if task_meta(t)["shape"] == "lookup_complete"][-1]  # added with the second version
     reasons = [r for r in executable_checks(dom, newest) if r.check == "held_out"]
     assert reasons and f"evaluation task {newest.id}:" in reasons[0].detail, reasons
+    confirm = dom.tasks("heldout_confirm")[-1]
+    reasons = [r for r in executable_checks(dom, confirm) if r.check == "held_out"]
+    assert reasons and f"evaluation task {confirm.id}:" in reasons[0].detail, reasons
     seen = set().union(*(gold_action_keys(t) for t in tasks[-10:]))
     for split in ("heldout_val", "heldout_test"):
         part = dom.tasks(split)

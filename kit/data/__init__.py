@@ -28,7 +28,8 @@ HELDOUT_SPLITS = {HELDOUT_SPLIT: None, "heldout_val": "val", "heldout_test": "te
 HELDOUT_FILES = {"mock": Path(__file__).with_name("mock_heldout.json")}
 # the confirmation slice: its own file (scripts/make_mock_heldout.py --confirm), not part of `heldout`; for a test
 # declared after the 252 tasks above were used to choose something (a policy, a seed), so that it is
-# independent of that choice. The engine's held-out guard does not read it; the evaluation's leak check does.
+# independent of that choice. The engine's held-out guard (kit.engine.validate) keeps its solutions out of engine
+# data as it does the main set's; the evaluation's leak check (kit.eval.leak) checks what a run trained on.
 CONFIRM_SPLIT = "heldout_confirm"
 CONFIRM_FILES = {"mock": Path(__file__).with_name("mock_confirm.json")}
 

@@ -7,8 +7,8 @@ Checks, in order (every failing check becomes a `Rejection`: its `Check` and a d
                    scenario or returned by an earlier gold tool call (a user's device action takes
                    its values from the agent's instruction)
   held_out         the gold actions (tool + arguments) do not contain every gold action of an
-                   evaluation task (the domain's default task set and the kit's held-out set,
-                   kit/data): the engine never trains on a solution evaluation scores (the rule
+                   evaluation task (the domain's default task set, the kit's held-out set and its
+                   confirmation slice, kit/data): the engine never trains on a solution evaluation scores (the rule
                    kit/eval/leak.py applies to a whole run)
   policy           the engine's own rule (no transfer to a human) and the domain's coded policy
                    rules (Domain.policy_violations; kit/envs/rules/)
@@ -51,12 +51,13 @@ _EVAL_KEYS: dict[str, dict] = {}
 
 
 def evaluation_tasks(domain: Domain) -> list:
-    """The tasks an evaluation of `domain` may use: tau2's default set and the kit's held-out set."""
-    from kit.data import HELDOUT_FILES, HELDOUT_SPLIT
+    """The tasks an evaluation of `domain` may use: tau2's default set, the kit's held-out set and its
+    confirmation slice."""
+    from kit.data import CONFIRM_SPLIT, HELDOUT_FILES, HELDOUT_SPLIT
 
     tasks = list(domain.tasks("default"))
     if domain.name in HELDOUT_FILES:
-        tasks += domain.tasks(HELDOUT_SPLIT)
+        tasks += domain.tasks(HELDOUT_SPLIT) + domain.tasks(CONFIRM_SPLIT)
     return tasks
 
 
