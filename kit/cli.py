@@ -139,16 +139,20 @@ def _stage_context(stage: str, config, out: str | None):
     return Stage(stage, config.model_dump(), {"out_dir": out or str(CLI_RUN / stage), "run_id": "cli"})
 
 
-def _record_cli_stage(st, out: str | None) -> None:
-    """Without --out, make runs/cli a run folder `kit view`, `kit compare` and `kit report` read: its
-    manifest lists each stage the command line completed there (a later command replaces its entry)."""
-    if out is not None:
+def _record_cli_stage(st, out: str | None, own_run: bool = False) -> None:
+    """Make the folder a command-line stage wrote a run folder `kit view`, `kit compare` and `kit report` read:
+    without --out, runs/cli, whose manifest lists each stage the command line completed there (a later command
+    replaces its entry); with --out and `own_run` (`kit eval`), that folder itself, a run of one stage named
+    after the folder. (`kit synthesize --out` folders hold the engine's own manifest: left as they are.)"""
+    if out is not None and not own_run:
         return
     from kit.files import read_json, write_json
     from kit.runner.manifest import environment, now
 
-    path = CLI_RUN / "manifest.json"
-    m = read_json(path) or {"run_id": "cli", "recipe": {"name": "cli", "path": None}, "stages": []}
+    run_dir = Path(out) if out is not None else CLI_RUN
+    run_id = run_dir.resolve().name if out is not None else "cli"
+    path = run_dir / "manifest.json"
+    m = read_json(path) or {"run_id": run_id, "recipe": {"name": "cli", "path": None}, "stages": []}
     env = environment()  # the latest command's: commit, tau2, machine (`kit results` and reports show them)
     m.update(env, updated=now())
     entry = {"key": st.stage_id, "stage": st.stage, "id": st.stage_id, "arm": None, "status": "complete",
@@ -170,7 +174,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = evaluate.run(config, st)
     res = out.result
     st.finish(out)
-    _record_cli_stage(st, args.out)
+    _record_cli_stage(st, args.out, own_run=True)
     df = res.episodes
     if len(df):
         print(df.groupby("task_id")["reward"].agg(["mean", "count"]).to_string())

@@ -111,6 +111,14 @@ def test_kit_eval_without_out_writes_a_run_folder_that_view_and_compare_read(cap
     assert "create_task_1" in text or "task" in text.lower()
     assert main(["compare", "runs/cli", "runs/cli", "--out", str(tmp_path / "cmp")]) == 0
     assert "comparison: " in capsys.readouterr().out
+    # with --out, that folder is the run (a one-stage run named after it): view and compare read it too
+    assert main(["eval", "--domain", "mock", "--limit", "1", "--max-messages", "4", "--max-new-tokens", "8",
+                 "--user-max-new-tokens", "8", "--out", "evals/one"]) == 0
+    capsys.readouterr()
+    assert main(["view", "evals/one"]) == 0
+    assert main(["compare", "runs/cli", "evals/one", "--out", str(tmp_path / "cmp2")]) == 0
+    out = capsys.readouterr().out
+    assert "comparison: " in out and "paired:" in out  # the two evaluations share their one task
 
 
 def test_the_cli_run_folder_records_commit_tau2_and_machine(tmp_path, monkeypatch):
@@ -132,3 +140,25 @@ def test_the_cli_run_folder_records_commit_tau2_and_machine(tmp_path, monkeypatc
     assert m["git"]["commit"] == git_info()["commit"] == m["stages"][0]["git_commit"]
     page = results_page([tmp_path / "runs/cli"])
     assert f"tau2 {TAU2_VERSION}" in page and "machine: not recorded" not in page
+
+
+def test_kit_eval_out_folder_is_a_one_stage_run(tmp_path, monkeypatch):
+    """`kit eval --out DIR` makes DIR a run folder of its one stage (kit view / compare / report read it; they
+    refused it as "no manifest.json"); `kit synthesize --out` folders keep the engine's own manifest."""
+    from kit.cli import _record_cli_stage
+    from kit.files import read_json
+    from kit.report.run_data import run_folder
+    from kit.runner.stage import Stage
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "evals" / "sft"
+    st = Stage("evaluate", {"label": "x"}, {"run_id": "cli", "stage_id": "evaluate", "out_dir": str(out),
+                                           "run_dir": str(out), "fingerprint": "f" * 16})
+    _record_cli_stage(st, str(out), own_run=True)
+    m = read_json(out / "manifest.json")
+    assert m["run_id"] == "sft" and [(e["stage"], e["dir"]) for e in m["stages"]] == [("evaluate", str(out.resolve()))]
+    assert run_folder(out) == out
+    engine = tmp_path / "engine"
+    _record_cli_stage(Stage("synthesize", {}, {"run_id": "cli", "stage_id": "synthesize", "out_dir": str(engine),
+                                               "run_dir": str(engine), "fingerprint": "f" * 16}), str(engine))
+    assert not (engine / "manifest.json").exists()
