@@ -475,9 +475,9 @@ def make_confirm_tasks(seeds=CONFIRM_SEEDS, seed: int = SEED) -> list[dict]:
     out: list[dict] = []
     for s in seeds:
         for task in make_tasks(s):
-            if _key(task) in seen:
+            if (key := _key(task)) in seen:
                 continue
-            seen.add(_key(task))
+            seen.add(key)
             meta = json.loads(task["description"]["notes"])
             meta.update(split="confirm", seed=s)
             old, task["id"] = task["id"], f"confirm-{len(out):03d}"

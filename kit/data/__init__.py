@@ -32,6 +32,9 @@ HELDOUT_FILES = {"mock": Path(__file__).with_name("mock_heldout.json")}
 # data as it does the main set's; the evaluation's leak check (kit.eval.leak) checks what a run trained on.
 CONFIRM_SPLIT = "heldout_confirm"
 CONFIRM_FILES = {"mock": Path(__file__).with_name("mock_confirm.json")}
+# the splits that together hold every task the kit ships, each once: what the engine's held-out guard keeps out of
+# engine data and what Domain.task finds by id
+SHIPPED_SPLITS = (HELDOUT_SPLIT, CONFIRM_SPLIT)
 
 
 def task_meta(task) -> Optional[dict]:
@@ -70,11 +73,11 @@ def heldout_tasks(domain: str, split: str = HELDOUT_SPLIT) -> list:
     from kit.errors import UnknownName
     from tau2.data_model.tasks import Task
 
-    if domain not in HELDOUT_FILES:
-        raise UnknownName(f"no held-out tasks for domain '{domain}'; available: {', '.join(HELDOUT_FILES)}")
     if split not in HELDOUT_SPLITS:
         raise UnknownName(f"no held-out split '{split}'", f"use one of {', '.join(HELDOUT_SPLITS)}")
-    path = CONFIRM_FILES[domain] if split == CONFIRM_SPLIT else HELDOUT_FILES[domain]
-    tasks = [Task.model_validate(t) for t in json.loads(path.read_text(encoding="utf-8"))]
+    files = CONFIRM_FILES if split == CONFIRM_SPLIT else HELDOUT_FILES
+    if domain not in files:
+        raise UnknownName(f"no {split} tasks for domain '{domain}'; available: {', '.join(files)}")
+    tasks = [Task.model_validate(t) for t in json.loads(files[domain].read_text(encoding="utf-8"))]
     part = HELDOUT_SPLITS[split]
     return tasks if part is None else [t for t in tasks if (task_meta(t) or {}).get("split") == part]

@@ -53,11 +53,11 @@ _EVAL_KEYS: dict[str, dict] = {}
 def evaluation_tasks(domain: Domain) -> list:
     """The tasks an evaluation of `domain` may use: tau2's default set, the kit's held-out set and its
     confirmation slice."""
-    from kit.data import CONFIRM_SPLIT, HELDOUT_FILES, HELDOUT_SPLIT
+    from kit.data import HELDOUT_FILES, SHIPPED_SPLITS
 
     tasks = list(domain.tasks("default"))
     if domain.name in HELDOUT_FILES:
-        tasks += domain.tasks(HELDOUT_SPLIT) + domain.tasks(CONFIRM_SPLIT)
+        tasks += [t for split in SHIPPED_SPLITS for t in domain.tasks(split)]
     return tasks
 
 

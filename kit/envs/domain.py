@@ -28,7 +28,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Optional
 
 from kit import _tau2  # noqa: F401  (sets the offline environment before tau2 loads)
-from kit.data import CONFIRM_SPLIT, HELDOUT_FILES, HELDOUT_SPLIT, HELDOUT_SPLITS, heldout_tasks
+from kit.data import HELDOUT_FILES, HELDOUT_SPLITS, SHIPPED_SPLITS, heldout_tasks
 from kit.envs.cow import WriteGuard, fork_db, table_fields
 from kit.envs.episode import EpisodeEnv
 from kit.envs.rules import BUILTIN_RULES, PolicyRule
@@ -169,7 +169,7 @@ class Domain:
 
     def task(self, task_id: str) -> Task:
         if self._task_index is None:
-            held = self.tasks(HELDOUT_SPLIT) + self.tasks(CONFIRM_SPLIT) if self.name in HELDOUT_FILES else []
+            held = [t for s in SHIPPED_SPLITS for t in self.tasks(s)] if self.name in HELDOUT_FILES else []
             self._task_index = {t.id: t for t in self.tasks(None) + held}
         if task_id not in self._task_index:
             from kit.errors import UnknownName
