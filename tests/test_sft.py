@@ -334,3 +334,78 @@ def test_validated_only_trains_on_the_marked_samples_and_refuses_unmarked_ones(m
     assert source == "engine"
     assert [(s.prompt, s.completion) for s in kept] == [(s.prompt, s.completion) for s in marked if s.meta["validated"]]
     assert 0 < len(kept) < len(agent)
+
+
+def _batch(columns, rows):
+    """A right-padded batch of the given rows of `tokenize_samples` columns, labels -100 off the completions."""
+    width = max(len(columns["input_ids"][i]) for i in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for k, i in enumerate(rows):
+        row, m = torch.tensor(columns["input_ids"][i]), torch.tensor(columns["completion_mask"][i])
+        ids[k, :len(row)], att[k, :len(row)] = row, 1
+        labels[k, :len(row)] = torch.where(m == 1, row, torch.full_like(row, -100))
+    return {"input_ids": ids, "attention_mask": att, "labels": labels}
+
+
+def test_whole_dialogue_rows_give_the_per_turn_loss_and_gradients(mock_samples, tokenizer, model_path):
+    """Whole-dialogue SFT: one row per dialogue holds every agent turn of it, each trained token with the
+    context (ids, positions) its per-turn row gives it; the loss over the batch (summed over trained tokens,
+    divided by their number: TRL's normalisation) and its gradients equal the per-turn rows', while the
+    rows hold a fraction of the tokens."""
+    from transformers import AutoModelForCausalLM
+
+    from kit.train.sft import _pairs, completion_loss, tokenize_samples
+
+    agent, _ = mock_samples
+    dialogues = list(dict.fromkeys(s.trajectory_id for s in agent))[:3]
+    chosen = [s for s in agent if s.trajectory_id in dialogues]
+    pairs, _ = _pairs(chosen)
+    per_turn, c1 = tokenize_samples(pairs, tokenizer, 4096)
+    whole, c2 = tokenize_samples(pairs, tokenizer, 4096, whole_dialogues=True)
+    assert c1["rows"] == c1["turns"] == len(pairs) and c2["turns"] == len(pairs)
+    assert c2["rows"] == len(dialogues) < len(pairs)  # one row per dialogue, each of several turns
+    trained = [[t for t, m in zip(ids, mask) if m] for ids, mask in zip(per_turn["input_ids"], per_turn["completion_mask"])]
+    assert sum(map(sum, whole["completion_mask"])) == sum(map(len, trained))  # every trained token once
+    assert sum(map(len, whole["input_ids"])) < sum(map(len, per_turn["input_ids"]))  # the prefixes read once
+    # each per-turn row is a prefix of its dialogue's row: same ids at the same positions
+    for ids in per_turn["input_ids"]:
+        assert any(row[:len(ids)] == ids for row in whole["input_ids"])
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model.train()
+
+    def loss_and_grads(columns):
+        model.zero_grad()
+        inputs = _batch(columns, range(len(columns["input_ids"])))
+        loss = completion_loss(model, inputs)
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    l1, g1 = loss_and_grads(per_turn)
+    l2, g2 = loss_and_grads(whole)
+    assert l2 == pytest.approx(l1, rel=1e-4)
+    for name, grad in g1.items():
+        assert torch.allclose(g2[name], grad, rtol=1e-3, atol=1e-3 * float(grad.abs().max()) + 1e-8), name
+
+
+def test_a_turn_that_does_not_extend_its_dialogue_row_starts_a_window(mock_samples, tokenizer):
+    """Exactness first: a turn whose prompt no longer begins with its dialogue's row (the row would pass
+    max_seq_len; the prompt was cut from the left) gets a row of its own, and bare prompt/completion pairs
+    never share one."""
+    from kit.train.sft import _pairs, tokenize_samples
+
+    agent, _ = mock_samples
+    first = list(dict.fromkeys(s.trajectory_id for s in agent))[0]
+    chosen = [s for s in agent if s.trajectory_id == first]
+    assert len(chosen) >= 2
+    pairs, _ = _pairs(chosen)
+    full, c = tokenize_samples(pairs, tokenizer, 4096, whole_dialogues=True)
+    assert c["rows"] == 1
+    # a cap just under the whole row: the last turn cannot join, it starts a window
+    cap = len(full["input_ids"][0]) - 1
+    cut, c = tokenize_samples(pairs, tokenizer, cap, whole_dialogues=True)
+    assert c["rows"] == 2 and c["turns"] == len(pairs) and max(map(len, cut["input_ids"])) <= cap
+    bare, c = tokenize_samples([(p, q) for p, q, _ in pairs], tokenizer, 4096, whole_dialogues=True)
+    assert c["rows"] == len(pairs)

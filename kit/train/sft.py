@@ -70,6 +70,11 @@ class SFTKnobs(LoRAKnobs):
                             "batch_size x grad_accum x devices).")
     max_seq_len: int = Field(default=4096, ge=16, description="Longest training sequence in tokens; longer "
                              "prompts are truncated from the left (see the module doc).")
+    whole_dialogues: bool = Field(default=True, description="One training row per dialogue: every turn of the "
+                                  "role trained in one sequence (a dialogue longer than max_seq_len is cut into "
+                                  "windows), instead of one row per turn that re-reads its prefix. The same loss and "
+                                  "gradients (tests/test_sft.py), a fraction of the compute; batch_size then counts "
+                                  "dialogues (rows).")
     dtype: str = Field(default="auto", description="'auto' = bfloat16 on CUDA when supported, float32 otherwise; "
                        "or float32 / bfloat16 / float16.")
     logging_steps: int = Field(default=1, ge=1, description="Log the training loss every this many optimizer "
@@ -106,10 +111,12 @@ class SFTConfig(SFTKnobs):
 # ----- data --------------------------------------------------------------------------------------
 
 
-def _pairs(source: Any) -> tuple[list[tuple[str, str]], int]:
-    """(prompt, completion) of every grounded sample (a JSONL path, SFTSamples, dicts or a datasets.Dataset)
-    and how many were dropped by the grounding check (kit/grounding.py; samples that carry their
-    `messages` and `role` are checked, bare prompt/completion pairs cannot be)."""
+def _pairs(source: Any) -> tuple[list[tuple[str, str, Any]], int]:
+    """(prompt, completion, dialogue) of every grounded sample (a JSONL path, SFTSamples, dicts or a
+    datasets.Dataset) and how many were dropped by the grounding check (kit/grounding.py; samples that carry
+    their `messages` and `role` are checked, bare prompt/completion pairs cannot be). `dialogue` names the
+    dialogue and role a sample's turn belongs to ((trajectory_id, role); None for a bare pair): the turns of
+    one dialogue can share a training row (`tokenize_samples`)."""
     from kit.grounding import sample_problems
     from kit.train.sft_data import SFTSample, read_samples
 
@@ -125,9 +132,10 @@ def _pairs(source: Any) -> tuple[list[tuple[str, str]], int]:
             dropped += 1
             continue
         if isinstance(s, SFTSample):
-            pairs.append((s.prompt, s.completion))
+            pairs.append((s.prompt, s.completion, (s.trajectory_id, s.role)))
         elif isinstance(s, dict) and isinstance(s.get("prompt"), str) and isinstance(s.get("completion"), str):
-            pairs.append((s["prompt"], s["completion"]))
+            key = (s["trajectory_id"], s.get("role")) if s.get("trajectory_id") else None
+            pairs.append((s["prompt"], s["completion"], key))
         else:
             raise ValueError(f"SFT sample {k}{where} has no string 'prompt' and 'completion'")  # noqa: TRY004
     if not pairs:
@@ -136,24 +144,47 @@ def _pairs(source: Any) -> tuple[list[tuple[str, str]], int]:
     return pairs, dropped
 
 
-def tokenize_samples(pairs: list[tuple[str, str]], tokenizer: Any, max_seq_len: int) -> tuple[dict, dict]:
-    """{"input_ids", "completion_mask"} columns and counts (truncated prompts, dropped samples)."""
+def tokenize_samples(pairs: list[tuple], tokenizer: Any, max_seq_len: int,
+                     whole_dialogues: bool = False) -> tuple[dict, dict]:
+    """{"input_ids", "completion_mask"} columns and counts (rows, turns, truncated prompts, dropped samples).
+
+    `pairs`: (prompt, completion) or (prompt, completion, dialogue key) in dialogue order (`_pairs`).
+    One row per turn, or (`whole_dialogues`) the turns of one dialogue in one row wherever that is exact:
+    a turn joins its dialogue's row when its prompt's token ids begin with the row's ids (the earlier
+    prompt, the earlier completion, then the replies that followed), so every trained token keeps exactly
+    the context (ids and positions) it has in its own per-turn row, and a causal model gives it the same
+    logits: the same loss and gradients as the per-turn rows, at the cost of one row. Where the next
+    prompt does not extend the row (a template that re-renders history, a row cut from the left, a row
+    that would pass `max_seq_len`), a new row (window) starts: never an inexact context. The same rule as
+    GRPO's packed rows (kit/train/sequences.py)."""
     ids, masks = [], []
-    truncated = dropped = 0
-    for prompt, completion in pairs:
+    truncated = dropped = joined = 0
+    open_row: dict = {}  # dialogue key -> index of its latest row
+    for item in pairs:
+        prompt, completion = item[0], item[1]
+        key = item[2] if whole_dialogues and len(item) > 2 else None
         p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         c = tokenizer(completion, add_special_tokens=False)["input_ids"]
         if not c or len(c) >= max_seq_len:
             dropped += 1
+            continue
+        j = open_row.get(key) if key is not None else None
+        if j is not None and len(p) + len(c) <= max_seq_len and p[:len(ids[j])] == ids[j]:
+            masks[j] = masks[j] + [0] * (len(p) - len(ids[j])) + [1] * len(c)
+            ids[j] = p + c
+            joined += 1
             continue
         if len(p) + len(c) > max_seq_len:
             p = p[len(p) + len(c) - max_seq_len:]  # keep the end of the prompt: the latest turns
             truncated += 1
         ids.append(p + c)
         masks.append([0] * len(p) + [1] * len(c))
+        if key is not None:
+            open_row[key] = len(ids) - 1
     if not ids:
         raise ValueError(f"every SFT sample's completion is at least max_seq_len={max_seq_len} tokens: nothing to train on")
-    return {"input_ids": ids, "completion_mask": masks}, {"truncated_prompts": truncated, "dropped_too_long": dropped}
+    return {"input_ids": ids, "completion_mask": masks}, {
+        "rows": len(ids), "turns": len(ids) + joined, "truncated_prompts": truncated, "dropped_too_long": dropped}
 
 
 def _shared_prefix(ids: Any, mask: Any, limit: int) -> int:
@@ -328,7 +359,7 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig, callbacks: Optional[lis
 
     pairs, ungrounded = _pairs(samples_or_path)  # fail on bad data before loading any weights
     model, tokenizer, peft_config, unsloth = _load(config)
-    columns, counts = tokenize_samples(pairs, tokenizer, config.max_seq_len)
+    columns, counts = tokenize_samples(pairs, tokenizer, config.max_seq_len, config.whole_dialogues)
     if config.report_to == "wandb":
         os.environ.setdefault("WANDB_MODE", "offline")
     cuda = torch.cuda.is_available()
@@ -367,7 +398,7 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig, callbacks: Optional[lis
                                     processing_class=tokenizer, peft_config=peft_config,
                                     callbacks=[_no_save_at_the_end(), *(callbacks or [])])
     trainer.sparse_logits = not unsloth  # Unsloth patches the forward pass its own way
-    counts.update(samples=len(columns["input_ids"]), unsloth=unsloth, ungrounded_dropped=ungrounded,
+    counts.update(samples=counts["turns"], unsloth=unsloth, ungrounded_dropped=ungrounded,
                   completion_tokens_per_epoch=sum(sum(m) for m in columns["completion_mask"]))
     return trainer, counts
 
