@@ -37,6 +37,7 @@ STEP_TIME = "time/step_s"
 PEAK_RSS = "mem/peak_rss_gib"                # the trainer process's peak resident memory so far
 MICRO_BATCHES = "train/micro_batches"        # forward/backward passes of the update
 INFRA_FAILED = "episodes/infra_failed"       # episodes a server failed (5xx, garbled turn): left out, unscored
+FROM_PROBE = "episodes/from_probe"           # episodes of a step's groups its probe had rolled out (probe_train)
 EPISODES_TOTAL = "episodes/total"            # rollout episodes scored by every step so far (GRPOConfig.episode_budget)
 
 # --- SFT --------------------------------------------------------------------------------------------

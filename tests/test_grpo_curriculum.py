@@ -26,7 +26,8 @@ def reward(task, traj):
 
 def test_probe_sets_aside_tasks_always_or_never_solved_and_steps_draw_from_the_band(tokenizer):  # noqa: F811
     torch.manual_seed(0)
-    cfg = small_cfg(probe_k=8, probe_every=2, tasks_per_step=2, group_size=4, resample_budget=0)
+    # probe_train off: every step rolls out its own groups, which this test follows (tests/test_probe_reuse.py: on)
+    cfg = small_cfg(probe_k=8, probe_every=2, tasks_per_step=2, group_size=4, resample_budget=0, probe_train=False)
     tr = GRPOTrainer(tiny_llama(tokenizer), tokenizer, TASKS, cfg, rollout_fn=single_turn(6), reward_fn=reward,
                      agent_system=SYSTEM)
     events, drawn = [], []
@@ -154,19 +155,28 @@ def test_a_stage_with_the_same_start_reads_step_0s_probe_instead_of_rolling_it_o
         calls, real = [], tr._rollout
         tr._rollout = lambda tasks, seed: (calls.append(len(tasks)), real(tasks, seed))[1]
         events = []
-        tr.train(steps=1, on_event=lambda kind, rec: events.append((kind, rec)))
+        tr.history = tr.train(steps=1, on_event=lambda kind, rec: events.append((kind, rec)))
         probe = next(rec for kind, rec in events if kind == "probe")
         return probe, calls, tr
 
-    first, calls_a, _ = arm("runs/x/a/grpo", group_size=4, filter_mode="all_equal")
-    assert "reused_from" not in first and sum(calls_a) == 8 * len(TASKS) + 2 * 4  # the probe, then one step
+    first, calls_a, tr_a = arm("runs/x/a/grpo", group_size=4, filter_mode="all_equal")
+    # the probe; its episodes (probe_k 8 >= G 4) are the step's two groups (probe_train): nothing more rolled out
+    assert "reused_from" not in first and sum(calls_a) == 8 * len(TASKS)
+    assert tr_a.history[0]["episodes/from_probe"] == 2 * 4
+    assert "curriculum/probe_memo_no_episodes" not in tr_a.history[0]
+    first_off, calls_off, _ = arm("runs/x/a-off/grpo", group_size=4, probe_train=False)  # the same start: memo
+    assert first_off["reused_from"] == "runs/x/a/grpo" and sum(calls_off) == 2 * 4
     second, calls_b, tr_b = arm("runs/x/b/grpo", group_size=2, filter_mode="off")
     assert second["reused_from"] == "runs/x/a/grpo" and second["probe_s"] == 0.0
     assert second["rates"] == first["rates"] and second["band"] == first["band"]
     assert [t.id for t in tr_b.curriculum.band] == first["band"] or first["band_empty"]
-    assert sum(calls_b) == 2 * 2  # the step's two groups of G=2 only: no probe episode
+    # the step's two groups of G=2 only: no probe episode, and none of the memo's probe to train on (said)
+    assert sum(calls_b) == 2 * 2 and len(tr_b.probe_groups) == 0
+    m = tr_b.history[0]
+    assert m["curriculum/probe_memo_no_episodes"] == 1 and m["curriculum/probe_train_groups"] == 0
+    assert m["episodes/from_probe"] == 0
     third, calls_c, _ = arm("runs/x/c/grpo", group_size=4, probe_k=4)
-    assert "reused_from" not in third and sum(calls_c) == 4 * len(TASKS) + 2 * 4
+    assert "reused_from" not in third and sum(calls_c) == 4 * len(TASKS)
     # a memo of other tasks is not taken
     from kit.train.grpo_curriculum import Curriculum
 
@@ -183,7 +193,8 @@ def test_grpo_seeds_of_one_start_probe_it_alike_and_share_its_memo(tokenizer):  
 
     def run(seed):
         torch.manual_seed(0)
-        cfg = small_cfg(probe_k=8, probe_every=0, tasks_per_step=2, group_size=4, resample_budget=0, seed=seed)
+        cfg = small_cfg(probe_k=8, probe_every=0, tasks_per_step=2, group_size=4, resample_budget=0, seed=seed,
+                        probe_train=False)  # the step rolls out its groups: its seed tells the runs apart
         tr = GRPOTrainer(tiny_llama(tokenizer), tokenizer, TASKS, cfg, rollout_fn=single_turn(6), reward_fn=reward,
                          agent_system=SYSTEM)
         seeds, real = [], tr._rollout

@@ -14,7 +14,8 @@ split: its default set is also what `evaluate` scores, which the report and the 
 
 Before training: the RL tasks are refused when every gold action of one of them is in the policy's
 SFT data (`allow_overlap` to train anyway); the engine's two pools are disjoint by construction.
-With `probe_k` a pass-rate curriculum picks the tasks steps draw from (kit/train/grpo_curriculum.py);
+With `probe_k` a pass-rate curriculum picks the tasks steps draw from (kit/train/grpo_curriculum.py), and
+its episodes of those tasks are the next step's groups (`probe_train`: nothing rolled out twice);
 with `eval_every` a learning curve on a validation slice (kit/train/grpo_curve.py) keeps the best policy.
 
 Outputs: model/ (the last policy, HF folder), model_best/ (the best on the learning curve),
@@ -130,7 +131,8 @@ class Outputs(StageOutputs):
     best_pass1: Optional[float] = None
     last_pass1: Optional[float] = None
     episodes: Optional[int] = Field(default=None, description="Rollout episodes scored by the steps (resamples "
-                                    "included; probes and learning-curve episodes not).")
+                                    "included, and a probe's episodes a step trained on, once; probes and "
+                                    "learning-curve episodes otherwise not).")
     episode_budget: Optional[int] = Field(default=None, description="The budget that stopped training before "
                                           "`steps`, if one did (GRPOConfig.episode_budget).")
 
@@ -357,7 +359,10 @@ def run(config: Config, st) -> Outputs:
             print(f"probe before step {rec['step']}: {rec['band_size']} of {rec['tasks']} tasks in the band "
                   f"[{rec['band_min']}, {rec['band_max']}] ({rec['always']} always solved, {rec['never']} never; "
                   f"{rec['probe_k']} episodes each, {rec['probe_s']:.0f}s)" + (" EMPTY: drawing from every task"
-                                                                           if rec["band_empty"] else ""))
+                                                                           if rec["band_empty"] else "")
+                  + ("" if "train_groups" not in rec else
+                     "; read from a memo, no episodes here: the steps roll out their own" if rec.get("reused_from")
+                     else f"; its episodes are {rec['train_groups']} groups of the next steps (probe_train)"))
         else:
             print(f"validation after {rec['step']} steps: pass^1 {rec['pass1']:.3f} [{rec['ci95'][0]:.3f}, "
                   f"{rec['ci95'][1]:.3f}] on {rec['tasks']} tasks{' (best so far)' if rec['best'] else ''}")

@@ -13,6 +13,16 @@ verdict (default kit.verify.verify(...).reward, any `reward_fn(task, traj)` repl
 groups per `filter_mode` and draw fresh tasks in their place until B groups are kept or
 `resample_budget` extra tasks are spent; advantages (R - mean_G) / (std_G + eps) go to every
 token the agent sampled; token-level PPO-clip over all generated tokens of the batch (train mode).
+Every fresh episode of a step's first round is one rollout call (run_episodes decodes all of them
+as one batch per turn); a resampling round after filtering is another call.
+
+The curriculum's probe (kit/train/grpo_curriculum.py) samples the very policy the step after it
+trains: with `probe_train` (default) its episodes of the band's tasks are that step's groups instead
+of being rolled out again (kit.train.grpo_groups.ProbeGroups: a drawn task takes G of its probe_k
+probe episodes, topped up with fresh ones where probe_k < G, scored with the probe's rewards; the
+draw order is the one without it), counted in `episodes/from_probe` and once in `episodes/total`.
+`probe_train_steps` > 1 feeds later steps too, off-policy. A probe read from another stage's memo
+has no episodes here: the steps roll out their own (metric curriculum/probe_memo_no_episodes).
 
 Where each part lives: this file drives a step; kit/train/grpo_groups.py draws tasks, rolls out
 and filters groups; kit/train/grpo_update.py builds rows and runs the PPO-clip minibatches;
@@ -59,7 +69,8 @@ rerun resumes from once it is back.
 Checkpoints (kit/train/checkpoints.py has the layout): everything the loop carries from one step
 to the next is saved every `save_every` steps, the trainable weights and the optimizer once, the
 rest per process (`loop_state`: step, task draws with the per-process stream that also shuffles
-minibatches, global RNG states, and every part registered in `self.checkpointed`). Resumed, the
+minibatches, global RNG states, and every part registered in `self.checkpointed`, the probe episodes
+planned for later steps among them). Resumed, the
 run continues with the weights, draws and rollout seeds an uninterrupted run has at that step
 (tests/test_resume.py: equal final weights after a kill -9). Not under FSDP (sharded optimizer
 state): there the trainer says so and saves none.
@@ -88,7 +99,7 @@ from kit.train.grpo_config import RESUMABLE_CHANGES, GRPOConfig, SkipReason
 from kit.train.grpo_curriculum import Curriculum, balanced_by_pattern, gold_pattern
 from kit.train.grpo_curve import LearningCurve
 from kit.train.grpo_memo import adopt_point, adopt_probe
-from kit.train.grpo_groups import TaskDraws, collect_groups, episode_metrics
+from kit.train.grpo_groups import ProbeGroups, TaskDraws, collect_groups, episode_metrics
 from kit.train.grpo_update import placeholder_rows, policy_rows, ppo_update
 from kit.train.lora import merged_copy_state, prepare_for_training, trainable_parameters
 from kit.train.processes import Processes
@@ -96,8 +107,8 @@ from kit.train.processes import Processes
 log = logging.getLogger(__name__)
 
 # metrics over the whole batch, all processes together (each process's own stay under proc/)
-_SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, M.INFRA_FAILED, "train/rows", "train/tokens", "train/unmatched_turns",
-           "train/too_long_rows", "train/retokenized_turns")
+_SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, M.INFRA_FAILED, M.FROM_PROBE, "train/rows", "train/tokens",
+           "train/unmatched_turns", "train/too_long_rows", "train/retokenized_turns")
 _EPISODE_MEANS = (M.REWARD_MEAN, M.PASS_RATE, M.USER_DEVIATION_RATE, M.REQUEST_STATED_RATE, M.PROPER_END_RATE)
 
 
@@ -185,6 +196,7 @@ class GRPOTrainer:
         self.draws = TaskDraws(self.tasks, self.cfg.seed, self.acc.process_index)
         self.curriculum = Curriculum(self.tasks, self.cfg)
         self.curve = LearningCurve(eval_tasks or [], self.cfg, domain)
+        self.probe_groups = ProbeGroups()  # the last probe's episodes planned to train the steps after it
         self.step_idx = 0
         # step 0's probe and curve point, read from / written to a memo shared by stages with the same start
         # (kit/train/grpo_memo.py); one process only: under accelerate every process measures its share
@@ -193,7 +205,8 @@ class GRPOTrainer:
         # state_dict() / load_state_dict(), its state made of tensors, numbers, strings, lists,
         # tuples and dicts (read back with torch.load(weights_only=True)); a checkpoint holds them
         # all, one copy per process: add a new part here
-        self.checkpointed: dict[str, Any] = {"curriculum": self.curriculum, "draws": self.draws, "curve": self.curve}
+        self.checkpointed: dict[str, Any] = {"curriculum": self.curriculum, "draws": self.draws, "curve": self.curve,
+                                             "probe_groups": self.probe_groups}
         self.episodes_scored = 0  # rollout episodes of the steps so far, every process's (cfg.episode_budget)
         self.checkpoint_warning = None
         if self.cfg.save_every and self.acc.distributed_type == "FSDP":
@@ -229,7 +242,8 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         self.policy.eval()
         kept, seen, m = collect_groups(self.draws, self.procs, self.cfg, self.step_idx, self._rollout, self.reward_fn,
-                                       resample_limit=self._resamples_left())
+                                       resample_limit=self._resamples_left(), probe=self.probe_groups)
+        self.probe_groups.expire(self.step_idx + 1)
         if seen:
             m.update(episode_metrics(seen, self.domain))
         # which task each group was and how it scored (this process's groups; metrics.jsonl only, W&B logs numbers):
@@ -237,6 +251,7 @@ class GRPOTrainer:
         m["groups"] = [{"task": str(getattr(g.task, "id", "")), "rewards": list(g.rewards),
                         **({"scores": list(g.scores)} if self.cfg.error_penalty > 0 else {}),
                         **({"infra_failed": g.infra_failed} if g.infra_failed else {}),
+                        **({"from_probe": g.from_probe} if g.from_probe else {}),
                         "kept": any(g is k for k in kept)} for g in seen]
         m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": "",
                   **(pre or {})})
@@ -353,16 +368,22 @@ class GRPOTrainer:
         memo = self.start_memo if self.step_idx == 0 else None
         if self.curriculum.due(self.step_idx):
             rec = memo.load("probe") if memo is not None else None
-            if rec is not None and adopt_probe(self.curriculum, rec):
+            adopted = rec is not None and adopt_probe(self.curriculum, rec)
+            if adopted:
                 rec = {**rec, "probe_s": 0.0}  # measured by the stage it names, not here
             else:
                 self.policy.eval()
-                rec = self.curriculum.probe(self._rollout, self.reward_fn, self.procs, self.step_idx)
+                rec = self.curriculum.probe(self._rollout, self.reward_fn, self.procs, self.step_idx,
+                                            keep=self.cfg.probe_train)
                 if memo is not None:
                     memo.save("probe", rec)
             # a fresh stream over the band, the same on every process
             self.draws = self.checkpointed["draws"] = self._band_draws()
             pre.update(self.curriculum.metrics(rec))
+            planned = self._plan_probe_groups(adopted, rec)
+            pre.update(planned)
+            if planned:  # probes.jsonl says what the probe's episodes went to (the memo keeps the measurement alone)
+                rec = {**rec, "train_groups": planned["curriculum/probe_train_groups"]}
             emit("probe", rec)
         if self.curve.due(self.step_idx):
             point = memo.load("curve") if memo is not None else None
@@ -375,6 +396,22 @@ class GRPOTrainer:
             pre.update(self.curve.metrics(point))
             emit("eval", point)
         return pre
+
+    def _plan_probe_groups(self, adopted: bool, rec: dict) -> dict:
+        """Hand the probe's band episodes to the steps after it (cfg.probe_train; kit.train.grpo_groups.ProbeGroups);
+        its metrics. A probe read from a memo has no episodes: the steps roll out fresh, said in a metric and
+        the log."""
+        self.probe_groups.slots = {}  # an earlier probe's plan ends with this probe
+        episodes, self.curriculum.band_episodes = self.curriculum.band_episodes, {}
+        if not self.cfg.probe_train:
+            return {}
+        if adopted:
+            log.info("the probe before step %d was read from %s's memo: it holds no episodes here, so the steps "
+                     "after it roll out fresh ones (probe_train)", self.step_idx,
+                     rec.get("reused_from", "another stage"))
+            return {"curriculum/probe_train_groups": 0, "curriculum/probe_memo_no_episodes": 1}
+        planned = self.probe_groups.plan(episodes, self.draws, self.procs, self.cfg, self.step_idx)
+        return {"curriculum/probe_train_groups": planned}
 
     def _band_draws(self) -> TaskDraws:
         """A fresh task stream over the curriculum's band, the same on every process."""

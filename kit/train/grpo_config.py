@@ -36,7 +36,9 @@ class GRPOKnobs(LoRAKnobs):
 
     train_steps: int = Field(default=100, ge=0, description="Optimizer steps `train()` runs.")
     episode_budget: Optional[int] = Field(default=None, ge=1, description="At most this many rollout episodes "
-                                          "scored (resamples included; probes and learning-curve episodes not), "
+                                          "scored by the steps (resamples included, and a probe's episodes a step "
+                                          "trains on (probe_train), once; probes and learning-curve episodes "
+                                          "otherwise not), "
                                           "even before train_steps: a step starts only while its G x B episodes "
                                           "fit, and its resamples stop where the budget does, so no arm overshoots "
                                           "it (arms of different batch shapes or filtering compared at the same "
@@ -107,6 +109,18 @@ class GRPOKnobs(LoRAKnobs):
         "patterns whose advantages must tell the requests apart).")
     probe_batch: int = Field(default=32, ge=1, description="Episodes rolled out together by a probe or a "
                              "learning-curve evaluation.")
+    probe_train: bool = Field(default=True, description="A probe's episodes of the band's tasks train the steps "
+                              "after it (kit.train.grpo_groups.ProbeGroups): a task the next `probe_train_steps` "
+                              "steps draw takes its probe episodes as its group (min(probe_k, group_size) of them, "
+                              "topped up with fresh ones to group_size) instead of rolling them out again. Off: "
+                              "the probe only picks the band. A probe read from another stage's memo has no "
+                              "episodes here: steps roll out fresh (metric curriculum/probe_memo_no_episodes).")
+    probe_train_steps: int = Field(default=1, ge=1, description="How many steps after a probe its episodes may "
+                                   "train, each band task's at most once, in the order the steps draw them. 1: "
+                                   "only the step right after it, on-policy (the probe sampled the very policy it "
+                                   "trains). More reuses more of the probe but trains step s after it on episodes "
+                                   "of a policy s updates old (a rollout server's log-probs correct the PPO ratio "
+                                   "for it; local sampling does not: ratio 1).")
     eval_every: int = Field(default=0, ge=0, description="Learning curve (kit/train/grpo_curve.py): pass^1 of the "
                             "current policy on `eval_split` before the first step, every this many steps and "
                             "after the last; the best and the last policy are both saved. 0 = off.")

@@ -16,6 +16,10 @@ solved 13-16 times of 16 dropped before RL; here band_max 0.8 keeps 12/16 and dr
 An empty band (the policy solves everything or nothing) falls back to the whole pool, said in the
 record (`band_empty`), so a step still runs and its skip reason tells what happened.
 
+The probe's episodes are samples of the very policy the next step trains: with `keep` the probe holds
+those of the band's tasks (scored, with their rewards) in `band_episodes`, and the trainer hands them
+to the steps (cfg.probe_train; kit.train.grpo_groups.ProbeGroups) instead of rolling them out again.
+
 Under `accelerate launch` each process probes every W-th task and the rates are summed over
 processes, so every process agrees on the band.
 """
@@ -39,6 +43,10 @@ class Curriculum:
         self.band = list(tasks)          # before any probe: the whole pool
         self.rates: dict[str, float] = {}
         self.last_probe: int | None = None
+        # task id -> (the scored probe episodes, their rewards): the last probe's, of this process's band tasks
+        # (`probe(keep=True)`); the trainer takes them (not loop state: a checkpoint holds what is left of them
+        # as kit.train.grpo_groups.ProbeGroups)
+        self.band_episodes: dict[str, tuple[list, list[float]]] = {}
 
     @property
     def on(self) -> bool:
@@ -54,9 +62,10 @@ class Curriculum:
         return every > 0 and step - self.last_probe >= every
 
     def probe(self, rollout: Callable[[list, int], list], reward_fn: Callable[[Any, Any], float],
-              procs: Processes, step: int) -> dict:
+              procs: Processes, step: int, keep: bool = False) -> dict:
         """Run probe_k episodes per task with the current policy, set the band; returns the probe's
-        record (step, band size, each task's rate) for metrics.jsonl / probes.jsonl."""
+        record (step, band size, each task's rate) for metrics.jsonl / probes.jsonl. `keep`: hold the
+        scored episodes of this process's band tasks in `band_episodes` (else they are dropped)."""
         t0 = time.perf_counter()
         c, k, W, r = self.cfg, self.cfg.probe_k, procs.count, procs.index
         mine = list(range(r, len(self.tasks), W))
@@ -66,20 +75,26 @@ class Curriculum:
         # (kit/train/grpo_memo.py: the seeds of one start share it), later ones the run's own policy
         seed = ((start_seed(c.seed, step) * 7919 + 17) * 100_003 + step) * 101 + r
         chunk = max(1, c.probe_batch // k)  # tasks per rollout call: probe_batch episodes at once
+        episodes: dict[int, tuple[list, list[float]]] = {}
         for start in range(0, len(mine), chunk):
             idx = mine[start: start + chunk]
             trajs = rollout([self.tasks[i] for i in idx for _ in range(k)], seed + start)
             for j, i in enumerate(idx):
                 # (a trajectory a server failed says nothing of the policy; the rollout may return other records)
                 ok = [t for t in trajs[j * k: (j + 1) * k] if not getattr(t, "infra_failed", False)]
-                wins[i] = sum(float(reward_fn(self.tasks[i], t)) >= 1.0 for t in ok)
+                rewards = [float(reward_fn(self.tasks[i], t)) for t in ok]
+                wins[i] = sum(x >= 1.0 for x in rewards)
                 scored[i] = float(len(ok))
+                if keep:
+                    episodes[i] = (ok, rewards)
         if W > 1:
             wins, scored = [procs.sum(w) for w in wins], [procs.sum(n) for n in scored]
         self.rates = {t.id: wins[i] / max(scored[i], 1.0) for i, t in enumerate(self.tasks)}
         band = [t for t in self.tasks if c.band_min <= self.rates[t.id] <= c.band_max]
         self.band = band or list(self.tasks)
         self.last_probe = step
+        kept = {id(t) for t in self.band}  # the tasks steps draw (the whole pool when the band is empty)
+        self.band_episodes = {self.tasks[i].id: e for i, e in episodes.items() if id(self.tasks[i]) in kept}
         always = sum(v >= 1.0 for v in self.rates.values())
         never = sum(v <= 0.0 for v in self.rates.values())
         return {"step": step, "probe_k": k, "tasks": len(self.tasks), "band_size": len(band),

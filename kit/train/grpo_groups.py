@@ -1,8 +1,13 @@
 """GRPO's groups: which tasks a step samples, their G episodes each, rewards, dynamic filtering.
 
     draws = TaskDraws(tasks, seed=0, process_index=0)
-    kept, seen, m = collect_groups(draws, procs, cfg, step_idx, rollout, reward_fn)
+    kept, seen, m = collect_groups(draws, procs, cfg, step_idx, rollout, reward_fn, probe=probe_groups)
     m.update(episode_metrics(seen, domain))
+
+After a probe (kit/train/grpo_curriculum.py) its episodes of the band's tasks train the steps after it
+(cfg.probe_train): `ProbeGroups.plan` assigns them to the draws the next `probe_train_steps` steps will
+make, and collect_groups takes a drawn task's probe episodes as its group instead of rolling it out
+(topped up to G with fresh episodes where probe_k < G), scored with the rewards the probe computed.
 
 An episode a server failed (`Trajectory.infra_failed`: a 5xx or garbled turn of the user simulator or
 the rollout server) is left out of its group, never scored (metrics `episodes/infra_failed`, and per
@@ -42,6 +47,7 @@ class Group:
     rewards: list[float]
     scores: list[float] | None = None
     infra_failed: int = 0
+    from_probe: int = 0  # the first `from_probe` of `trajs` are a probe's episodes (ProbeGroups), not rolled out here
 
     def __post_init__(self):
         if self.scores is None:
@@ -89,6 +95,14 @@ class TaskDraws:
             out += rng.sample(row, len(row))
         return out[::-1]
 
+    def peek(self, n: int) -> list:
+        """The next `n` tasks the shared stream will draw, leaving it as it is."""
+        state, queue = self.shared.getstate(), list(self._queues[False])
+        out = self.draw(n)
+        self.shared.setstate(state)
+        self._queues[False] = queue
+        return out
+
     def draw(self, n: int, own: bool = False) -> list:
         rng, queue = (self.own if own else self.shared), self._queues[own]
         out = []
@@ -115,6 +129,66 @@ class TaskDraws:
                         True: [self.tasks[i] for i in state["queues"]["own"]]}
 
 
+class ProbeGroups:
+    """A probe's episodes that train the steps after it (cfg.probe_train), planned right after the probe.
+
+    The plan follows the tasks the steps will draw (TaskDraws.peek of the shared stream, the same on every
+    process): in the next `cfg.probe_train_steps` steps, a drawn task whose probe episodes are held gets
+    them at its position in that step's draw, each task's once (its first draw; a later draw of it rolls
+    out fresh). The task-draw sequence is the one without probe_train; resampled tasks (each process's own
+    stream) always roll out fresh. Under `accelerate launch` position j of a step's draw is process j % W's
+    (collect_groups' rule) while the probe scored a task on the process that probed it: the planned
+    episodes are exchanged once (Processes.gather) and each process keeps its positions'.
+
+    Loop state (GRPOTrainer.checkpointed): what is left of the plan, episodes as their model_dump(), so a
+    run resumed after a checkpoint trains the steps after it on the same episodes.
+    """
+
+    def __init__(self) -> None:
+        # (step, position in that step's draw of tasks_per_step) -> (probe episodes, their rewards)
+        self.slots: dict[tuple[int, int], tuple[list, list[float]]] = {}
+
+    def plan(self, episodes: dict[str, tuple[list, list[float]]], draws: TaskDraws, procs: Processes,
+             cfg: GRPOConfig, step: int) -> int:
+        """Assign `episodes` (task id -> this process's probe episodes and rewards) to the draws of steps
+        step .. step + probe_train_steps - 1; returns how many groups were planned (every process's)."""
+        B, W, r = cfg.tasks_per_step, procs.count, procs.index
+        upcoming = draws.peek(B * cfg.probe_train_steps)
+        wanted = {t.id for t in upcoming}
+        held = {tid: e for tid, e in episodes.items() if tid in wanted}
+        if W > 1:  # every process gets every planned group; each keeps its own positions' below
+            held = {tid: e for part in procs.gather(held) for tid, e in part.items()}
+        first: dict[str, tuple[int, int]] = {}
+        for n, t in enumerate(upcoming):
+            if t.id in held and t.id not in first:
+                first[t.id] = (step + n // B, n % B)
+        self.slots = {(s, j): held[tid] for tid, (s, j) in first.items() if j % W == r}
+        return len(first)
+
+    def take(self, step: int, position: int) -> tuple[list, list[float]] | None:
+        """The probe episodes planned for `position` of step `step`'s draw (once), or None."""
+        return self.slots.pop((step, position), None)
+
+    def expire(self, step: int) -> None:
+        """Drop what was planned for steps before `step` (not taken: e.g. a step the budget never ran)."""
+        self.slots = {k: v for k, v in self.slots.items() if k[0] >= step}
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def state_dict(self) -> dict:
+        dump = lambda t: t.model_dump(mode="json") if hasattr(t, "model_dump") else t
+        return {"slots": [[s, j, [dump(t) for t in trajs], list(rewards)]
+                          for (s, j), (trajs, rewards) in sorted(self.slots.items())]}
+
+    def load_state_dict(self, state: dict) -> None:
+        from kit.trajectory import Trajectory
+
+        load = lambda d: Trajectory.model_validate(d) if isinstance(d, dict) else d
+        self.slots = {(int(s), int(j)): ([load(t) for t in trajs], [float(x) for x in rewards])
+                      for s, j, trajs, rewards in state.get("slots") or []}
+
+
 def collect_groups(
     draws: TaskDraws,
     procs: Processes,
@@ -123,14 +197,20 @@ def collect_groups(
     rollout: Callable[[list, int], list],
     reward_fn: Callable[[Any, Any], float],
     resample_limit: Optional[int] = None,
+    probe: ProbeGroups | None = None,
 ) -> tuple[list[Group], list[Group], dict]:
     """Roll out this process's share of the B groups (`rollout(tasks, seed)` -> one trajectory per
     task, in order), score them, filter (`cfg.filter_mode`), resample until the share is kept or the
     budget is spent. `resample_limit` caps the step's resampled tasks below `cfg.resample_budget` (what
     is left of `cfg.episode_budget` after the batch, in groups), shared out over the processes the same
-    way. Returns (kept, every group seen, metrics)."""
+    way. `probe`: a drawn task with probe episodes planned for its position (ProbeGroups) takes G of
+    them (all, topped up with G - probe_k fresh ones, when probe_k < G), with the probe's rewards; every
+    fresh episode of the step's first round is rolled out in one call. Returns (kept, every group seen,
+    metrics)."""
     c, G, W, r = cfg, cfg.group_size, procs.count, procs.index
-    todo = draws.draw(c.tasks_per_step)[r::W]
+    drawn = draws.draw(c.tasks_per_step)
+    todo = drawn[r::W]
+    fed = [probe.take(step_idx, j) if probe is not None else None for j in range(r, len(drawn), W)]
     share = len(todo)
     kept: list[Group] = []
     seen: list[Group] = []
@@ -139,7 +219,10 @@ def collect_groups(
     rnd, score_s = 0, 0.0
     while todo:  # a process with no share (W > B) rolls out nothing
         seed = ((c.seed * 1009 + r) * 100_003 + step_idx) * 101 + rnd  # distinct per process, step, round
-        trajs = rollout([t for t in todo for _ in range(G)], seed)
+        given = [(f[0][:G], f[1][:G]) if f is not None else ([], []) for f in fed]
+        missing = [G - len(pt) for pt, _ in given]
+        fresh = [t for t, n in zip(todo, missing) for _ in range(n)]
+        trajs = rollout(fresh, seed) if fresh else []
         t_score = time.perf_counter()
         failed = [t for t in trajs if t.infra_failed]
         if trajs and len(failed) == len(trajs):
@@ -147,13 +230,14 @@ def collect_groups(
 
             raise EndpointError(f"a server failed every one of the {len(trajs)} episodes of the rollout; the "
                                 f"first: {failed[0].infra_error}")
-        groups = []
-        for k, task in enumerate(todo):
-            ts = trajs[k * G : (k + 1) * G]
+        groups, at = [], 0
+        for task, (pt, pr), n in zip(todo, given, missing):
+            ts, at = trajs[at : at + n], at + n
             ok = [t for t in ts if not t.infra_failed]  # never scored: not the agent's doing
-            rewards = [float(reward_fn(task, t)) for t in ok]
-            groups.append(Group(task, ok, rewards, [shaped(r, t, c.error_penalty) for r, t in zip(rewards, ok)],
-                                infra_failed=len(ts) - len(ok)))
+            eps = pt + ok  # the probe's episodes first, scored by the probe (reward_fn is not called again)
+            rewards = pr + [float(reward_fn(task, t)) for t in ok]
+            groups.append(Group(task, eps, rewards, [shaped(x, t, c.error_penalty) for x, t in zip(rewards, eps)],
+                                infra_failed=len(ts) - len(ok), from_probe=len(pt)))
         score_s += time.perf_counter() - t_score
         seen += groups
         mask = filter_groups([g.scores for g in groups], c.filter_mode)
@@ -162,9 +246,10 @@ def collect_groups(
         if need <= 0 or budget <= 0:
             break
         n = min(need, budget)
-        budget, rnd, todo = budget - n, rnd + 1, draws.draw(n, own=True)
+        budget, rnd, todo = budget - n, rnd + 1, draws.draw(n, own=True)  # resamples roll out fresh
+        fed = [None] * len(todo)
     m = {M.GROUPS_RESAMPLES: budget0 - budget, M.GROUPS_KEPT: min(len(kept), share), "time/score_s": score_s,
-         M.INFRA_FAILED: sum(g.infra_failed for g in seen),
+         M.INFRA_FAILED: sum(g.infra_failed for g in seen), M.FROM_PROBE: sum(g.from_probe for g in seen),
          M.FILTERED_FRAC: 1.0 - len(kept) / len(seen) if seen else 0.0}
     return kept[:share], seen, m
 

@@ -32,6 +32,7 @@ AFTER_START = frozenset({
     "train_steps", "episode_budget", "group_size", "tasks_per_step", "lr", "clip_eps", "kl_coef", "filter_mode",
     "adv_scope", "resample_budget", "minibatches", "micro_batch_size", "micro_batch_tokens", "max_seq_tokens",
     "pack_turns", "loss_norm", "max_grad_norm", "weight_decay", "probe_every", "eval_every", "band_balance",
+    "probe_train", "probe_train_steps",
     "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "user_tag", "weight_sync",
     "seed"})  # step 0 samples with seed 0 whatever the run's (grpo_curriculum.start_seed): seeds share a start
 
@@ -86,6 +87,7 @@ def adopt_probe(curriculum: Any, record: dict) -> bool:
     band = [t for t in curriculum.tasks if cfg.band_min <= curriculum.rates[t.id] <= cfg.band_max]
     curriculum.band = band or list(curriculum.tasks)
     curriculum.last_probe = int(record.get("step", 0))
+    curriculum.band_episodes = {}  # the record holds rates, not episodes: the steps roll theirs out
     return True
 
 

@@ -4,6 +4,7 @@
     procs.sum(x)       # x summed over all processes (no communication with one process)
     procs.any(flag)    # set on some process;  procs.all(flag): set on every process
     procs.merge(m, summed=(...), episode_means=(...))   # whole-batch metrics, each process's own under proc/
+    procs.gather(obj)  # [every process's obj], in process order (picklable objects; [obj] with one process)
 
 GRPO needs these where processes must agree: the token count a loss is normalised by, whether a
 step is skipped (every process must take part in the same backward passes), and the metrics logged.
@@ -28,6 +29,14 @@ class Processes:
             return x
         t = torch.tensor([float(x)], dtype=torch.float64, device=self.acc.device)
         return float(self.acc.reduce(t, reduction="sum").item())
+
+    def gather(self, obj: Any) -> list:
+        """Every process's `obj` (picklable), in process order; every process gets the whole list."""
+        if self.count == 1:
+            return [obj]
+        from accelerate.utils import gather_object
+
+        return list(gather_object([obj]))
 
     def any(self, flag: bool) -> bool:
         """True if `flag` is set on any process."""
