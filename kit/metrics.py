@@ -39,6 +39,16 @@ MICRO_BATCHES = "train/micro_batches"        # forward/backward passes of the up
 INFRA_FAILED = "episodes/infra_failed"       # episodes a server failed (5xx, garbled turn): left out, unscored
 FROM_PROBE = "episodes/from_probe"           # episodes of a step's groups its probe had rolled out (probe_train)
 EPISODES_TOTAL = "episodes/total"            # rollout episodes scored by every step so far (GRPOConfig.episode_budget)
+# failed episodes kit.checkers.attribution puts on the user simulator (GRPOConfig.user_faults)
+USER_FAULTS = "episodes/user_faults"                  # found, whether masked or kept
+USER_FAULT_MASKED = "episodes/user_fault_masked"      # left out of their group's advantage (user_faults "mask")
+USER_FAULT_RESAMPLED = "episodes/user_fault_resampled"  # replacement episodes rolled out for masked ones
+
+
+def user_fault_key(rule: str) -> str:
+    """The step metric counting the user-fault episodes one attribution rule found (USER_RULES there)."""
+    return f"episodes/user_fault/{rule}"
+
 
 # --- SFT --------------------------------------------------------------------------------------------
 SFT_LOSS = "loss"
@@ -59,6 +69,10 @@ LABELS = {
     REQUEST_STATED_RATE: "request stated",
     PROPER_END_RATE: "proper end",
     INFRA_FAILURES: "episodes a server failed (not scored)",
+    INFRA_FAILED: "episodes a server failed",
+    USER_FAULTS: "user-fault episodes",
+    USER_FAULT_MASKED: "user faults masked",
+    USER_FAULT_RESAMPLED: "user-fault replacements",
     PASS1_CI95: "pass^1 95% CI",
     PASS1_BY_SHAPE: "pass^1 by task shape",
     PASS1_BY_PHRASING: "pass^1 by phrasing",

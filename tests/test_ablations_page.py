@@ -320,6 +320,9 @@ def test_the_papers_8x64_arm_is_one_stage_in_the_batch_size_filtering_and_user_m
         assert b[f"g4xb4/{stage}"] == d[f"filtered/{stage}"] == u[f"finetuned_user/{stage}"], stage
     assert b["g4xb2/grpo"] != d["filtered/grpo"] and b["g4xb2/sft_agent"] == d["unfiltered/sft_agent"]
     assert u["raw_user/grpo"] != u["finetuned_user/grpo"] and u["raw_user/sft_agent"] == d["filtered/sft_agent"]
+    # the masked raw-user arm: the same raw user (one stage), its own GRPO (user_faults mask, not keep)
+    assert u["raw_user_masked/sft_user_raw"] == u["raw_user/sft_user_raw"]
+    assert u["raw_user_masked/grpo"] not in (u["raw_user/grpo"], u["finetuned_user/grpo"])
 
 
 def test_rl_arms_of_equal_cost_are_drawn_against_the_episodes_they_spent(tmp_path):

@@ -149,3 +149,42 @@ def test_sandboxed_state_code_closes_the_gap_the_criteria_leave_open():
     coded = mutation_test(dom, CheckedTask(task=task, checker=Checker(code=state_checker_source(dom, task))))
     assert plain.slipped and all("state_differs" in s.why for s in plain.slipped)
     assert coded.gold_passed and coded.slipped == [] and coded.accepted
+
+
+def test_attribution_user_rules_beyond_the_deviations():
+    """The user rules attribution adds to kit/rollout/fidelity.py's deviations (kit/checkers/attribution.py):
+    a tool the user was not given, a call ended before the agent could act, a request that never came up."""
+    dom = load_domain("mock")
+    task = dom.task("create_task_1")  # gold: create_task(user_1, Important Meeting); mock's user has no tools
+    hi = Message(role="assistant", content="Hi! How can I help you today?")
+    # the user hands the call over before the agent made any tool call: early_end (premature_stop is for ###STOP###)
+    traj = Trajectory(task_id=task.id, termination_reason="user_stop", meta={"stop_signal": "transfer"},
+                      messages=[hi, Message(role="user", content="Get me a human. ###TRANSFER###")])
+    assert (attribute(dom, task, traj).label, attribute(dom, task, traj).rule) == ("user", "early_end")
+    # ... not once the agent said it was done (it claimed what it had not done)
+    traj.messages.insert(1, Message(role="user", content="Create 'Important Meeting' for user_1."))
+    traj.messages.insert(2, Message(role="assistant", content="I've created the task."))
+    assert attribute(dom, task, traj).label == "agent"
+    # a tool call of a tool the user does not have
+    call = ToolCall(id="u0", name="create_task", arguments={"user_id": "user_1", "title": "x"}, requestor="user")
+    traj = Trajectory(task_id=task.id, termination_reason="agent_stop", messages=[
+        hi, Message(role="user", tool_calls=[call]),
+        Message(role="tool", content="Error", tool_call_id="u0", requestor="user", error=True)])
+    assert (attribute(dom, task, traj).label, attribute(dom, task, traj).rule) == ("user", "ungiven_tool")
+    # asked, the user never says what it wants and the dialogue runs out: request_not_stated
+    talk = [hi, Message(role="user", content="Hi, I need some help."),
+            Message(role="assistant", content="Sure, what should I do?"), Message(role="user", content="Work stuff."),
+            Message(role="assistant", content="Which task, and for whom?")]
+    traj = Trajectory(task_id=task.id, termination_reason="max_steps", messages=list(talk))
+    att = attribute(dom, task, traj)
+    assert (att.label, att.rule) == ("user", "request_not_stated") and "user_1" in att.evidence
+    # not when the agent ended it, nor when the agent guessed a write (its own wrong_write), nor once the values
+    # came up (here the agent found them in a tool result: it could act)
+    assert attribute(dom, task, traj.model_copy(update={"termination_reason": "agent_stop"})).label == "agent"
+    guess = ToolCall(id="c0", name="create_task", arguments={"user_id": "user_2", "title": "Work"})
+    traj = Trajectory(task_id=task.id, termination_reason="max_steps", messages=talk[:4] + [
+        Message(role="assistant", tool_calls=[guess]), Message(role="tool", content="{}", tool_call_id="c0")])
+    assert attribute(dom, task, traj).rule == "wrong_write"
+    traj = Trajectory(task_id=task.id, termination_reason="max_steps", messages=talk + [
+        Message(role="tool", content="user_1 has a pending 'Important Meeting' draft")])
+    assert attribute(dom, task, traj).label == "agent"

@@ -83,7 +83,7 @@ def test_a_user_server_5xx_on_one_episode_is_left_out_of_its_grpo_group_and_coun
         user = OpenAIBackend(purl, start, tool_mode="prompt")
         cfg = GRPOConfig(lr=1e-3, group_size=2, tasks_per_step=2, resample_budget=0, filter_mode="off",
                          micro_batch_size=4, max_new_tokens=8, user_max_new_tokens=8, max_messages=4, seed=0,
-                         print_metrics=False)
+                         print_metrics=False, user_faults="keep")  # a server's failures under test, not the user's
         tr = GRPOTrainer(tiny_llama(tok), tok, tasks, cfg, domain=domain, user=user, reward_fn=reward)
         (m,) = tr.train(steps=1)
 
@@ -164,7 +164,8 @@ def test_grpo_stops_naming_its_dead_rollout_server_and_a_rerun_resumes_once_a_se
         cfg = GRPOConfig(lr=1e-3, group_size=2, tasks_per_step=1, resample_budget=0, filter_mode="off",
                          micro_batch_size=4, max_new_tokens=8, max_messages=4, seed=0, print_metrics=False,
                          rollout="server", rollout_server=url, rollout_server_model=str(start),
-                         server_token_ids=False, sync_dir=str(tmp_path / "sync"), save_every=1, train_steps=3)
+                         server_token_ids=False, sync_dir=str(tmp_path / "sync"), save_every=1, train_steps=3,
+                         user_faults="keep")  # every step must train (reward 0 stands in for the checker)
         model = AutoModelForCausalLM.from_pretrained(start, local_files_only=True)
         trainers.append(GRPOTrainer(model, tok, [task], cfg, domain=domain,
                                     user=UserWhoseStepTwoKillsTheServer(task), reward_fn=lambda t, traj: 0.0))

@@ -160,3 +160,34 @@ def test_task_rows_follow_each_drawn_task_over_its_draws():
     assert a["first half"] == 0.375 and a["second half"] == 0.875
     assert rows.iloc[1]["step: solved/G"] == "[1: 0/4]" and pd.isna(rows.iloc[1]["first half"])  # one draw: no first half
     assert task_rows({"history": h.drop(columns=["groups"]), "probes": []}).empty  # older runs: no table
+
+
+def test_grpo_table_counts_the_episodes_left_out_server_failures_and_user_faults(tmp_path):
+    """metrics.jsonl's per-step counts (kit/train/grpo_groups.py) summed over the run: the episodes a server
+    failed, and the user-fault episodes with how many were masked and replaced and which rule found them."""
+    from _fake_run import fake_grpo
+
+    from kit import metrics as M
+    from kit.report.grpo import task_rows
+
+    run = tmp_path / "runs" / "r"
+    counts = {M.INFRA_FAILED: 1, M.USER_FAULTS: 3, M.USER_FAULT_MASKED: 3, M.USER_FAULT_RESAMPLED: 2,
+              M.user_fault_key("premature_stop"): 2, M.user_fault_key("request_not_stated"): 1,
+              "groups": [{"task": "a", "rewards": [1.0, 0.0], "kept": True, "user_faults": 2, "masked": 2, "replaced": 1},
+                         {"task": "b", "rewards": [], "kept": False, "user_faults": 1, "masked": 1, "replaced": 1}]}
+    from kit.files import write_json
+
+    entries = [fake_grpo(run, "grpo", [0.5, 0.5], extra=counts),
+               fake_grpo(run, "grpo_keep", [0.5], extra={M.USER_FAULTS: 2, M.USER_FAULT_MASKED: 0,
+                                                         M.USER_FAULT_RESAMPLED: 0, M.user_fault_key("early_end"): 2}),
+               fake_grpo(run, "grpo_old", [0.5])]  # a run from before the counts
+    write_json(run / "manifest.json", {"run_id": "r", "status": "complete", "stages": entries,
+                                       "recipe": {"path": "r.yaml", "parsed": {"name": "r", "arms": []}, "text": ""}})
+    rows = {r["key"]: (r, grpo_row(r)) for r in collect(run)["grpo_runs"]}
+    row = rows["grpo"][1]
+    assert row[M.label(M.INFRA_FAILED)] == 2
+    assert row[M.label(M.USER_FAULTS)] == "6 (6 masked, 4 replaced; premature_stop 4, request_not_stated 2)"
+    assert rows["grpo_keep"][1][M.label(M.USER_FAULTS)] == "2 (kept (trained on); early_end 2)"
+    assert rows["grpo_old"][1][M.label(M.USER_FAULTS)] is None and rows["grpo_old"][1][M.label(M.INFRA_FAILED)] is None
+    tasks = task_rows(rows["grpo"][0]).set_index("task")
+    assert tasks.loc["a", "step: solved/G"] == "0: 1/2 (+2 user), 1: 1/2 (+2 user)" and "b" not in tasks.index

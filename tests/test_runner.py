@@ -111,12 +111,17 @@ def test_ablation_arms_expand_with_overrides_and_skips(gpu_env):
     assert "model" not in ev.refs and ev.params["model"] == r.spec.base_model  # nothing trained: the base model
     assert not [s for s in r.plan if s.arm == base_arm.name and s.stage in ("sft_agent", "grpo")]
     assert ev.refs["user_model"].endswith("sft_user")  # every arm plays against the fine-tuned referee user
-    # GRPO against the fine-tuned user, and against the barely tuned one (the raw user's analogue), nothing else
+    # GRPO against the fine-tuned user, and against the barely tuned one (the raw user's analogue): trained on its
+    # faults as the paper's raw arm is (user_faults keep), and with them masked (the kit's mechanism), nothing else
     raw = [s for s in r.plan if s.stage == "grpo" and s.refs.get("user_model", "").endswith("sft_user_raw")]
     ft = [s for s in r.plan if s.stage == "grpo" and s.refs.get("user_model", "").endswith("/sft_user")]
-    assert len(raw) == len(ft) == 1 and raw[0].params["user_tag"] == "raw"
-    assert [s.arm for s in r.plan if s.stage == "sft_user" and s.id == "sft_user_raw"] == [raw[0].arm]
-    assert all(a.paper is not None for a in r.spec.arms)
+    assert len(ft) == 1 and ft[0].params.get("user_faults", "mask") == "mask"
+    assert {s.arm: s.params["user_faults"] for s in raw} == {"raw_user": "keep", "raw_user_masked": "mask"}
+    assert all(s.params["user_tag"] == "raw" for s in raw)
+    assert all({k: v for k, v in s.params.items() if k != "user_faults"} ==
+               {k: v for k, v in raw[0].params.items() if k != "user_faults"} for s in raw)
+    assert [s.arm for s in r.plan if s.stage == "sft_user" and s.id == "sft_user_raw"] == [s.arm for s in raw]
+    assert all(a.paper is not None for a in r.spec.arms if a.name != "raw_user_masked")  # the paper has no such arm
 
 
 # ----- bad recipes: one clear error naming the file, the line and the field ----------------------

@@ -6,7 +6,7 @@ where the time went, the learning curve and the curriculum's probes.
 
 Read from the files the stage wrote (kit/stages/grpo.py): stage.json (its Outputs: trained steps,
 skip reasons, best and last validation pass^1), metrics.jsonl (one line per step: reward, filtered
-fraction, time split), curve.jsonl (one line per learning-curve point), probes.jsonl (one line per
+fraction, episodes a server failed and user-fault episodes, time split), curve.jsonl (one line per learning-curve point), probes.jsonl (one line per
 probe: the band and every task's pass rate).
 """
 
@@ -73,6 +73,26 @@ def _per_step(h: pd.DataFrame, col: str, absent: Optional[float] = None) -> Opti
     return float(h[col].fillna(0).sum()) / len(h) if col in h and len(h) else absent
 
 
+def _total(h: pd.DataFrame, col: str) -> Optional[int]:
+    """A count column's total over the steps; None when no step has it (a run from before it was counted)."""
+    return int(h[col].fillna(0).sum()) if col in h and len(h) else None
+
+
+def user_faults_text(h: pd.DataFrame) -> Optional[str]:
+    """The failed episodes attribution put on the user simulator, over the run: how many, how many were masked
+    (left out of the advantages) and replaced, and per rule; None for a run without user-fault counts."""
+    found = _total(h, M.USER_FAULTS)
+    if found is None:
+        return None
+    masked, replaced = _total(h, M.USER_FAULT_MASKED) or 0, _total(h, M.USER_FAULT_RESAMPLED) or 0
+    prefix = M.user_fault_key("")
+    rules = sorted(((c[len(prefix):], _total(h, c) or 0) for c in h.columns if c.startswith(prefix)),
+                   key=lambda x: (-x[1], x[0]))
+    how = f"{masked} masked, {replaced} replaced" if masked else "kept (trained on)"
+    by = "; " + ", ".join(f"{rule} {n}" for rule, n in rules if n) if any(n for _, n in rules) else ""
+    return f"{found} ({how}{by})" if found else "0"
+
+
 def grpo_row(r: dict) -> dict:
     """One GRPO stage's line: what trained, its validation points, reward, and where its time went."""
     h, o, curve = r["history"], r["outputs"], r["curve"]
@@ -84,6 +104,8 @@ def grpo_row(r: dict) -> dict:
             "what happened": o.what_happened() if recorded else f"GRPO {n} steps (which trained: not recorded)",
             "trained steps": f"{o.trained_steps}/{o.steps}" if recorded else None,
             "skip reasons": ", ".join(f"{k}: {v}" for k, v in o.skip_reasons.items()) or "none",
+            M.label(M.INFRA_FAILED): _total(h, M.INFRA_FAILED),
+            M.label(M.USER_FAULTS): user_faults_text(h),
             "best step": o.best_step, "best val pass^1": o.best_pass1, "last val pass^1": o.last_pass1,
             "user simulator": o.user_tag, "tasks from": str(o.task_source), "tasks": o.tasks,
             "reward first": h[M.REWARD_MEAN].iloc[0] if M.REWARD_MEAN in h and n else None,
@@ -126,16 +148,23 @@ def task_rows(r: dict) -> pd.DataFrame:
     if h is None or "groups" not in getattr(h, "columns", []):
         return pd.DataFrame()
     rates = (r["probes"][0].get("rates") or {}) if r.get("probes") else {}
-    draws: dict[str, list[tuple[int, list[float], bool]]] = {}
+    draws: dict[str, list[tuple[int, list[float], bool, int]]] = {}
     for step, groups in zip(h["step"], h["groups"]):
         for g in groups if isinstance(groups, list) else []:
-            draws.setdefault(g["task"], []).append((int(step), g["rewards"], bool(g["kept"])))
+            draws.setdefault(g["task"], []).append((int(step), g["rewards"], bool(g["kept"]), g.get("masked", 0)))
+
+    def one(step: int, rw: list[float], kept: bool, masked: int) -> str:
+        t = f"{step}: {sum(x >= 1.0 for x in rw)}/{len(rw)}" + (f" (+{masked} user)" if masked else "")
+        return t if kept else f"[{t}]"
+
     rows = []
     for task, ds in sorted(draws.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        wins = [sum(x >= 1.0 for x in rw) / len(rw) for _, rw, _ in ds]
+        ds = [d for d in ds if d[1]]  # a group every episode of which was masked or failed by a server
+        if not ds:
+            continue
+        wins = [sum(x >= 1.0 for x in rw) / len(rw) for _, rw, _, _ in ds]
         half = len(wins) // 2
-        text = ", ".join((f"{s}: {sum(x >= 1.0 for x in rw)}/{len(rw)}" if kept
-                          else f"[{s}: {sum(x >= 1.0 for x in rw)}/{len(rw)}]") for s, rw, kept in ds)
+        text = ", ".join(one(*d) for d in ds)
         rows.append({"task": task, "probe rate": rates.get(task), "draws": len(ds), "step: solved/G": text,
                      "first half": round(sum(wins[:half]) / half, 3) if half else None,
                      "second half": round(sum(wins[half:]) / (len(wins) - half), 3)})
@@ -152,8 +181,11 @@ def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
             "phase's total over the run divided by its steps (rollout: sampling the episodes; score: the "
             "checkers; update: the PPO-clip minibatches, 0 on a skipped step; probe: the curriculum's probes; "
             "eval: every learning-curve point, the one after the last step included; step s: rollout, score "
-            "and update of one step). Per step: mean checker reward over every rollout drawn (kept or "
-            "filtered), and the fraction of groups dynamic filtering dropped (all rewards equal: no signal).")
+            "and update of one step). Episodes left out of the advantages: those a server failed (never scored), "
+            "and the failed ones failure attribution put on the user simulator (user-fault episodes: masked and "
+            "replaced within the resample budget under <i>user_faults: mask</i>, trained on under <i>keep</i>; "
+            "per attribution rule). Per step: mean checker reward over every rollout drawn (kept, filtered or "
+            "masked), and the fraction of groups dynamic filtering dropped (all rewards equal: no signal).")
     gr.table(pd.DataFrame([grpo_row(r) for r in data["grpo_runs"]]))
     figures.append(fig_grpo(data["grpo_runs"], out / "grpo.png"))
     gr.figure(figures[-1])
@@ -182,7 +214,8 @@ def grpo_section(data: dict, out: Path, figures: list) -> Optional[Section]:
         tasks = task_rows(r)
         if len(tasks):
             gr.text(f"<b>{html.escape(r['key'])}</b>, the RL tasks the steps drew: each draw's episodes solved "
-                    "of G ([…]: the group was filtered), and the task's success rate over the first and the "
-                    "second half of its draws: whether the policy got better on the tasks it trained on.")
+                    "of those trained on ([…]: the group was filtered; +k user: k user-fault episodes masked), and "
+                    "the task's success rate over the first and the second half of its draws: whether the policy "
+                    "got better on the tasks it trained on.")
             gr.table(tasks)
     return gr

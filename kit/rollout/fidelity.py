@@ -16,6 +16,8 @@ user model first" argument is about: a deviating user zeroes rewards the agent e
 Two more per-episode measures (kit.eval reports their rates):
   request_stated     the first user message with text names every value the gold write actions
                      need that the user's scenario gives it (None: no such value)
+                     (`unsaid_values`: those of them the whole dialogue never brought up, what
+                     failure attribution's request_not_stated rule reads)
   proper_end         the episode ended by the user's or the agent's stop, not by a step or
                      error limit
 """
@@ -155,6 +157,23 @@ def request_stated(task, traj: Trajectory, domain=None, is_write=None) -> bool |
         return False
     text = _norm_value(first.content)
     return all(v in text for v in needed)
+
+
+def unsaid_values(task, traj: Trajectory, domain=None, is_write=None) -> list[str]:
+    """The `required_user_values` that never came up in the dialogue: in no user message, no tool
+    result, no agent message and no tool call's arguments (a value the agent wrote or looked up it
+    had, whoever said it). Empty when every one came up, or there is none."""
+    needed = required_user_values(task, domain=domain, is_write=is_write)
+    if not needed:
+        return []
+    parts = []
+    for m in traj.messages:
+        if m.role == "system":
+            continue
+        parts.append(m.content or "")
+        parts += [str(v) for tc in m.tool_calls or [] for v in _leaf_values(tc.arguments or {})]
+    text = _norm_value(" ".join(parts))
+    return [v for v in needed if v not in text]
 
 
 def proper_end(traj: Trajectory) -> bool:

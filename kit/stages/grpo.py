@@ -29,6 +29,10 @@ with the weights an uninterrupted run would have. The checkpoints go once model/
 server (the rollout server, the user simulator's) is such a crash: after the backend's retries the stage
 stops with an error naming it (`kit run` adds the recipe server's id); a rerun once it is back resumes.
 An episode a server failed alone is left out of its group and counted (metrics `episodes/infra_failed`).
+A failed episode that failure attribution puts on the user simulator is left out of its group's advantage and
+replaced within the resample budget (`user_faults: mask`, the default; `keep`: trained on as any failure), and
+counted either way (`episodes/user_faults`, `episodes/user_fault_masked`, `episodes/user_fault_resampled`, per
+rule `episodes/user_fault/<rule>`; the report's GRPO table).
 """
 
 from __future__ import annotations
@@ -88,7 +92,7 @@ class Config(ModelStageConfig, GRPOKnobs):
 
 # the per-step metrics the notebook shows (metrics.jsonl has them all)
 SHOWN = ("step", M.REWARD_MEAN, M.PASS_RATE, M.FILTERED_FRAC, M.GROUPS_KEPT, M.LOSS, M.CLIP_FRAC,
-         M.USER_DEVIATION_RATE, "skip_reason", M.STEP_TIME)
+         M.USER_DEVIATION_RATE, M.USER_FAULTS, M.USER_FAULT_MASKED, "skip_reason", M.STEP_TIME)
 
 
 class TaskSource(BaseModel):
@@ -345,6 +349,8 @@ def run(config: Config, st) -> Outputs:
         st.log("grpo", m, step=m["step"])
         print(f"step {m['step']}: reward {m[M.REWARD_MEAN]:.3f}, filtered {m[M.FILTERED_FRAC]:.2f}, "
               f"loss {m.get(M.LOSS, float('nan')):.4g}, {m[M.STEP_TIME]:.0f}s"
+              + (f", user faults {m[M.USER_FAULTS]:.0f} ({m[M.USER_FAULT_MASKED]:.0f} masked, "
+                 f"{m[M.USER_FAULT_RESAMPLED]:.0f} replacements)" if m.get(M.USER_FAULTS) else "")
               + (f" SKIPPED: {m['skip_reason']}" if m["skipped"] else ""))
 
     def on_event(kind: str, rec: dict) -> None:

@@ -60,6 +60,13 @@ Dropped, and why:
 - One row per assistant turn (prompt re-rendered as the agent saw it), not one packed sequence
   per episode: exact for any chat template, at the cost of re-encoding long histories.
 
+Users fail too (kit/train/grpo_groups.py, `user_faults`): a failed episode that failure attribution
+(kit/checkers/attribution.py, its rules) puts on the user simulator is left out of its group's advantage
+and replaced by a fresh episode of the same task within the resample budget (`mask`, the default), or
+trained on as any failure (`keep`, the paper); counted either way (`episodes/user_faults`, per rule
+`episodes/user_fault/<rule>`, `episodes/user_fault_masked`, `episodes/user_fault_resampled`). Attribution
+needs a `domain`: with `rollout_fn` and `reward_fn` alone nothing is attributed.
+
 Servers fail (kit/train/grpo_groups.py): an episode whose user-simulator or rollout-server turn got a 5xx or
 a garbled answer after the backend's retries is left out of its group, unscored, and counted
 (`episodes/infra_failed`); a server that does not answer at all, or fails every episode of a rollout, stops
@@ -89,6 +96,7 @@ from typing import Any
 import torch
 
 from kit import metrics as M
+from kit.checkers.attribution import USER_RULES
 from kit.llm.hf import HFBackend
 from kit.llm.openai_backend import EndpointError
 from kit.llm.types import SamplingParams
@@ -99,7 +107,7 @@ from kit.train.grpo_config import RESUMABLE_CHANGES, GRPOConfig, SkipReason
 from kit.train.grpo_curriculum import Curriculum, balanced_by_pattern, gold_pattern
 from kit.train.grpo_curve import LearningCurve
 from kit.train.grpo_memo import adopt_point, adopt_probe
-from kit.train.grpo_groups import ProbeGroups, TaskDraws, collect_groups, episode_metrics
+from kit.train.grpo_groups import ProbeGroups, TaskDraws, UserFaultCheck, collect_groups, episode_metrics
 from kit.train.grpo_update import placeholder_rows, policy_rows, ppo_update
 from kit.train.lora import merged_copy_state, prepare_for_training, trainable_parameters
 from kit.train.processes import Processes
@@ -107,8 +115,9 @@ from kit.train.processes import Processes
 log = logging.getLogger(__name__)
 
 # metrics over the whole batch, all processes together (each process's own stay under proc/)
-_SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, M.INFRA_FAILED, M.FROM_PROBE, "train/rows", "train/tokens",
-           "train/unmatched_turns", "train/too_long_rows", "train/retokenized_turns")
+_SUMMED = (M.GROUPS_KEPT, M.GROUPS_RESAMPLES, M.INFRA_FAILED, M.FROM_PROBE, M.USER_FAULTS, M.USER_FAULT_MASKED,
+           M.USER_FAULT_RESAMPLED, *(M.user_fault_key(rule) for rule in USER_RULES),
+           "train/rows", "train/tokens", "train/unmatched_turns", "train/too_long_rows", "train/retokenized_turns")
 _EPISODE_MEANS = (M.REWARD_MEAN, M.PASS_RATE, M.USER_DEVIATION_RATE, M.REQUEST_STATED_RATE, M.PROPER_END_RATE)
 
 
@@ -192,6 +201,8 @@ class GRPOTrainer:
 
             reward_fn = lambda task, traj: verify(domain, task, traj).reward
         self.reward_fn = reward_fn
+        # failed episodes the user simulator failed (cfg.user_faults): attributed on the domain's τ² tasks only
+        self.user_fault = UserFaultCheck(domain) if domain is not None else None
         self.wandb_run = wandb_run
         self.draws = TaskDraws(self.tasks, self.cfg.seed, self.acc.process_index)
         self.curriculum = Curriculum(self.tasks, self.cfg)
@@ -242,7 +253,8 @@ class GRPOTrainer:
         t0 = time.perf_counter()
         self.policy.eval()
         kept, seen, m = collect_groups(self.draws, self.procs, self.cfg, self.step_idx, self._rollout, self.reward_fn,
-                                       resample_limit=self._resamples_left(), probe=self.probe_groups)
+                                       resample_limit=self._resamples_left(), probe=self.probe_groups,
+                                       user_fault=self.user_fault)
         self.probe_groups.expire(self.step_idx + 1)
         if seen:
             m.update(episode_metrics(seen, self.domain))
@@ -252,6 +264,8 @@ class GRPOTrainer:
                         **({"scores": list(g.scores)} if self.cfg.error_penalty > 0 else {}),
                         **({"infra_failed": g.infra_failed} if g.infra_failed else {}),
                         **({"from_probe": g.from_probe} if g.from_probe else {}),
+                        **({"user_faults": len(g.user_faults), "masked": len(g.masked), "replaced": g.replaced}
+                           if g.user_faults else {}),
                         "kept": any(g is k for k in kept)} for g in seen]
         m.update({"step": self.step_idx, "lr": self.opt.param_groups[0]["lr"], "skipped": 0, "skip_reason": "",
                   **(pre or {})})

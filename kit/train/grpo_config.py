@@ -62,7 +62,14 @@ class GRPOKnobs(LoRAKnobs):
     adv_scope: Literal["group", "batch"] = Field(default="group", description="Advantage normalisation: "
                                                  "'group' (paper) or 'batch' (public AReaL).")
     resample_budget: int = Field(default=16, ge=0, description="Extra tasks a step may draw to replace filtered "
-                                 "groups; then it trains on what it kept.")
+                                 "groups; then it trains on what it kept. Counted in episodes, G per task: a "
+                                 "replacement episode of a masked user fault (user_faults) spends 1/G of a task.")
+    user_faults: Literal["mask", "keep"] = Field(
+        default="mask", description="A failed episode that failure attribution (kit/checkers/attribution.py, rules "
+        "only) puts on the user simulator: 'mask' leaves it out of its group's advantage (counted and reported, "
+        "never scored 0 against the agent) and rolls out a replacement episode of the same task while the "
+        "resample budget lasts; 'keep' trains on it as any failure (the paper; still counted). A passed episode "
+        "is never masked. Needs the trainer's domain (τ² tasks); without one nothing is attributed.")
     minibatches: int = Field(default=1, ge=1, description="Optimizer steps per batch (PPO minibatches); > 1 "
                              "computes old log-probs once up front.")
     micro_batch_size: int = Field(default=4, ge=1, description="Rows per forward/backward; gradients accumulate "

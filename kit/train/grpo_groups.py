@@ -15,6 +15,20 @@ group in `groups`); a group left with fewer than two episodes has no advantage a
 filtered one. A rollout call whose every episode a server failed stops GRPO with that server's error:
 a server failing everything is down, and a rerun resumes from the last checkpoint once it is back.
 
+A failed episode (checker reward < 1) that failure attribution (kit/checkers/attribution.py, its rules
+only: `UserFaultCheck`) puts on the user simulator is a user fault: the reward cannot tell the agent's
+failure from the user's. Under `user_faults: mask` it is left out of its group (not in `trajs`, so not in
+the advantages; kept in `masked`), and a replacement episode of the same task is rolled out in its place,
+all of a round's replacements in one rollout call, again while replacements fault, never more than were
+masked, and only while the step's resample budget lasts (a group it leaves with fewer than two episodes is
+dropped as above). Under `keep` the episode trains as any failure. A passed episode is never attributed.
+Either way each is counted per attribution rule (metrics `episodes/user_faults`, `.../user_fault_masked`,
+`.../user_fault_resampled`, `episodes/user_fault/<rule>`; per group `user_faults` in `groups`).
+
+The resample budget is counted in episodes: `resample_budget` tasks of G episodes each. A task drawn to
+replace a filtered group spends G of them (metrics `groups/resamples` counts these tasks), a replacement
+of a masked episode 1. Replacements come first: they complete a group before filtering can judge it.
+
 Under `accelerate launch` W processes train on the same global batch one process would: every
 process draws the same B tasks from one shared stream and takes groups r, r + W, ...; resampling
 after filtering draws from the process's own stream and spends its share of `resample_budget`.
@@ -27,7 +41,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from kit import metrics as M
@@ -40,18 +54,49 @@ from kit.train.processes import Processes
 class Group:
     """A task's G episodes: `rewards` are the checker's; `scores` what filtering and advantages use
     (the rewards less `error_penalty` per failed tool call, kit.train.grpo_groups.shaped; the rewards
-    themselves when the penalty is 0). `trajs` are the scored episodes; `infra_failed` counts the ones
-    a server failed, left out."""
+    themselves when the penalty is 0). `trajs` are the episodes the advantages are over; `infra_failed`
+    counts the ones a server failed, left out. `user_faults`: the attribution rule of each user-fault
+    episode (masked or kept); `masked`: the (trajectory, reward) of those left out (user_faults "mask");
+    `replaced`: replacement episodes rolled out for them."""
     task: Any
     trajs: list
     rewards: list[float]
     scores: list[float] | None = None
     infra_failed: int = 0
     from_probe: int = 0  # the first `from_probe` of `trajs` are a probe's episodes (ProbeGroups), not rolled out here
+    user_faults: list[str] = field(default_factory=list)
+    masked: list[tuple[Any, float]] = field(default_factory=list)
+    replaced: int = 0
 
     def __post_init__(self):
         if self.scores is None:
             self.scores = list(self.rewards)
+
+    def scored(self) -> list[tuple[Any, float]]:
+        """Every episode of the group that was scored, (trajectory, reward), masked ones included: what the
+        step rolled out and checked (its reward and user-fidelity metrics, the episode budget)."""
+        return list(zip(self.trajs, self.rewards)) + list(self.masked)
+
+
+class UserFaultCheck:
+    """Which failed episodes the user simulator failed: `check(task, trajectory)` -> the user rule of
+    kit.checkers.attribution.attribute that decided it, or None (the agent's, the task's, undetermined).
+    Call it on failed episodes only. The task rules (`task_fault`: the gold replay) are a function of the
+    task and run once per task, not once per episode."""
+
+    def __init__(self, domain: Any):
+        self.domain = domain
+        self._sound: dict[int, tuple[Any, bool]] = {}  # id(task) -> (task, no task rule fired)
+
+    def __call__(self, task: Any, traj: Any) -> Optional[str]:
+        from kit.checkers.attribution import attribute, task_fault
+
+        if id(task) not in self._sound:
+            self._sound[id(task)] = (task, task_fault(self.domain, task) is None)
+        if not self._sound[id(task)][1]:
+            return None
+        att = attribute(self.domain, task, traj, task_sound=True)
+        return att.rule if att.label == "user" else None
 
 
 def shaped(reward: float, traj: Any, error_penalty: float) -> float:
@@ -198,11 +243,14 @@ def collect_groups(
     reward_fn: Callable[[Any, Any], float],
     resample_limit: Optional[int] = None,
     probe: ProbeGroups | None = None,
+    user_fault: Optional[Callable[[Any, Any], Optional[str]]] = None,
 ) -> tuple[list[Group], list[Group], dict]:
     """Roll out this process's share of the B groups (`rollout(tasks, seed)` -> one trajectory per
-    task, in order), score them, filter (`cfg.filter_mode`), resample until the share is kept or the
-    budget is spent. `resample_limit` caps the step's resampled tasks below `cfg.resample_budget` (what
-    is left of `cfg.episode_budget` after the batch, in groups), shared out over the processes the same
+    task, in order), score them, attribute the failed ones (`user_fault(task, traj)` -> a user rule or
+    None, e.g. UserFaultCheck; None: nothing is attributed), replace masked user faults
+    (`cfg.user_faults`), filter (`cfg.filter_mode`), resample until the share is kept or the budget is
+    spent. `resample_limit` caps the step's resample budget below `cfg.resample_budget` (what is left of
+    `cfg.episode_budget` after the batch, in tasks of G episodes), shared out over the processes the same
     way. `probe`: a drawn task with probe episodes planned for its position (ProbeGroups) takes G of
     them (all, topped up with G - probe_k fresh ones, when probe_k < G), with the probe's rewards; every
     fresh episode of the step's first round is rolled out in one call. Returns (kept, every group seen,
@@ -215,14 +263,37 @@ def collect_groups(
     kept: list[Group] = []
     seen: list[Group] = []
     total = c.resample_budget if resample_limit is None else max(0, min(c.resample_budget, resample_limit))
-    budget = budget0 = total // W + (r < total % W)
-    rnd, score_s = 0, 0.0
+    budget = (total // W + (r < total % W)) * G  # in episodes: a resampled task spends G, a replacement 1
+    masking = c.user_faults == "mask" and user_fault is not None
+    rnd, score_s, resampled, replacements = 0, 0.0, 0, 0
+
+    def add(g: Group, trajs: list, rewards: Optional[list] = None) -> None:
+        """Score `trajs` (episodes of g's task; `rewards`: already scored, a probe's) into g: a server's
+        failure counted, a user fault masked or kept."""
+        for k, t in enumerate(trajs):
+            if t.infra_failed:  # never scored: not the agent's doing
+                g.infra_failed += 1
+                continue
+            reward = float(reward_fn(g.task, t)) if rewards is None else float(rewards[k])
+            rule = user_fault(g.task, t) if user_fault is not None and reward < 1.0 else None
+            if rule is not None:
+                g.user_faults.append(rule)
+                if masking:  # not the agent's doing either: out of the advantages
+                    g.masked.append((t, reward))
+                    continue
+            g.trajs.append(t)
+            g.rewards.append(reward)
+            g.scores.append(shaped(reward, t, c.error_penalty))
+
+    def seed() -> int:  # distinct per process, step and rollout call
+        return ((c.seed * 1009 + r) * 100_003 + step_idx) * 101 + rnd
+
     while todo:  # a process with no share (W > B) rolls out nothing
-        seed = ((c.seed * 1009 + r) * 100_003 + step_idx) * 101 + rnd  # distinct per process, step, round
         given = [(f[0][:G], f[1][:G]) if f is not None else ([], []) for f in fed]
         missing = [G - len(pt) for pt, _ in given]
         fresh = [t for t, n in zip(todo, missing) for _ in range(n)]
-        trajs = rollout(fresh, seed) if fresh else []
+        trajs = rollout(fresh, seed()) if fresh else []
+        rnd += 1
         t_score = time.perf_counter()
         failed = [t for t in trajs if t.infra_failed]
         if trajs and len(failed) == len(trajs):
@@ -232,37 +303,61 @@ def collect_groups(
                                 f"first: {failed[0].infra_error}")
         groups, at = [], 0
         for task, (pt, pr), n in zip(todo, given, missing):
-            ts, at = trajs[at : at + n], at + n
-            ok = [t for t in ts if not t.infra_failed]  # never scored: not the agent's doing
-            eps = pt + ok  # the probe's episodes first, scored by the probe (reward_fn is not called again)
-            rewards = pr + [float(reward_fn(task, t)) for t in ok]
-            groups.append(Group(task, eps, rewards, [shaped(x, t, c.error_penalty) for x, t in zip(rewards, eps)],
-                                infra_failed=len(ts) - len(ok), from_probe=len(pt)))
+            groups.append(Group(task, [], [], [], from_probe=len(pt)))
+            add(groups[-1], pt, pr)  # the probe's episodes first, scored by the probe (reward_fn is not called again)
+            add(groups[-1], trajs[at : at + n])
+            at += n
         score_s += time.perf_counter() - t_score
+        # masked user faults: one replacement each, all groups' in one rollout call, while the budget lasts
+        while masking and budget > 0:
+            asks: list[tuple[Group, int]] = []
+            for g in groups:
+                n = min(len(g.masked) - g.replaced, budget - sum(n for _, n in asks))
+                if n > 0:
+                    asks.append((g, n))
+            if not asks:
+                break
+            more = rollout([g.task for g, n in asks for _ in range(n)], seed())
+            rnd += 1
+            t_score, i = time.perf_counter(), 0
+            for g, n in asks:  # (a replacement a server failed is counted, not replaced again)
+                g.replaced += n
+                add(g, more[i : i + n])
+                i += n
+            budget -= i
+            replacements += i
+            score_s += time.perf_counter() - t_score
         seen += groups
         mask = filter_groups([g.scores for g in groups], c.filter_mode)
         kept += [g for g, keep in zip(groups, mask) if keep and len(g.trajs) >= 2]  # one episode: no advantage
         need = share - len(kept)
-        if need <= 0 or budget <= 0:
+        n = min(need, budget // G)
+        if need <= 0 or n <= 0:
             break
-        n = min(need, budget)
-        budget, rnd, todo = budget - n, rnd + 1, draws.draw(n, own=True)  # resamples roll out fresh
+        budget, resampled, todo = budget - n * G, resampled + n, draws.draw(n, own=True)  # resamples roll out fresh
         fed = [None] * len(todo)
-    m = {M.GROUPS_RESAMPLES: budget0 - budget, M.GROUPS_KEPT: min(len(kept), share), "time/score_s": score_s,
+    m = {M.GROUPS_RESAMPLES: resampled, M.GROUPS_KEPT: min(len(kept), share), "time/score_s": score_s,
          M.INFRA_FAILED: sum(g.infra_failed for g in seen), M.FROM_PROBE: sum(g.from_probe for g in seen),
          M.FILTERED_FRAC: 1.0 - len(kept) / len(seen) if seen else 0.0}
+    if user_fault is not None:
+        m[M.USER_FAULTS] = sum(len(g.user_faults) for g in seen)
+        m[M.USER_FAULT_MASKED] = sum(len(g.masked) for g in seen)
+        m[M.USER_FAULT_RESAMPLED] = replacements
+        for rule, n in sorted(Counter(x for g in seen for x in g.user_faults).items()):
+            m[M.user_fault_key(rule)] = n
     return kept[:share], seen, m
 
 
 def episode_metrics(seen: list[Group], domain: Any = None) -> dict:
     """Reward, pass rate, turns, tokens and termination reasons of every episode scored (kept or
-    filtered; a server's failures are counted apart, M.INFRA_FAILED); the user simulator's deviation
-    rate with a tau2 `domain`."""
-    seen = [g for g in seen if g.trajs]
+    filtered, masked user faults included: these describe the rollouts, masking only what the update
+    sees; a server's failures are counted apart, M.INFRA_FAILED); the user simulator's deviation rate
+    with a tau2 `domain`."""
+    seen = [g for g in seen if g.scored()]
     if not seen:
         return {"proc/episodes": 0.0}
-    rewards = [r for g in seen for r in g.rewards]
-    trajs = [t for g in seen for t in g.trajs]
+    rewards = [r for g in seen for _, r in g.scored()]
+    trajs = [t for g in seen for t, _ in g.scored()]
     mean = sum(rewards) / len(rewards)
     m = {"proc/episodes": float(len(rewards)),
          M.REWARD_MEAN: mean,
@@ -278,9 +373,9 @@ def episode_metrics(seen: list[Group], domain: Any = None) -> dict:
     if domain is not None:  # user fidelity is defined on tau2 tasks: how the rollouts' user simulator behaved
         from kit.rollout.fidelity import proper_end, request_stated, user_deviations
 
-        dev = [bool(user_deviations(g.task, t, goal_reached=r >= 1.0)) for g in seen for t, r in zip(g.trajs, g.rewards)]
+        dev = [bool(user_deviations(g.task, t, goal_reached=r >= 1.0)) for g in seen for t, r in g.scored()]
         m[M.USER_DEVIATION_RATE] = sum(dev) / len(dev)
-        stated = [s for g in seen for t in g.trajs if (s := request_stated(g.task, t, domain=domain)) is not None]
+        stated = [s for g in seen for t, _ in g.scored() if (s := request_stated(g.task, t, domain=domain)) is not None]
         if stated:
             m[M.REQUEST_STATED_RATE] = sum(stated) / len(stated)
         m[M.PROPER_END_RATE] = sum(proper_end(t) for t in trajs) / len(trajs)

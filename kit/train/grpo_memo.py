@@ -30,7 +30,7 @@ from kit.files import json_digest
 # fields that act only after step 0's probe and curve point (how steps draw, update and stop, and where they write)
 AFTER_START = frozenset({
     "train_steps", "episode_budget", "group_size", "tasks_per_step", "lr", "clip_eps", "kl_coef", "filter_mode",
-    "adv_scope", "resample_budget", "minibatches", "micro_batch_size", "micro_batch_tokens", "max_seq_tokens",
+    "adv_scope", "resample_budget", "user_faults", "minibatches", "micro_batch_size", "micro_batch_tokens", "max_seq_tokens",
     "pack_turns", "loss_norm", "max_grad_norm", "weight_decay", "probe_every", "eval_every", "band_balance",
     "probe_train", "probe_train_steps",
     "save_every", "keep_checkpoints", "print_metrics", "sync_dir", "user_tag", "weight_sync",
