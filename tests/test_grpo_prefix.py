@@ -102,3 +102,78 @@ def test_plain_pass_without_a_shared_prefix_one_row_or_checkpointing(tokenizer):
         one, m1 = token_logprobs(model, rows[4:5], tokenizer.pad_token_id, 1.0)
         both, m2 = token_logprobs(model, rows[3:5], tokenizer.pad_token_id, 1.0)
     assert torch.allclose(one[0][m1[0] > 0], both[1][m2[1] > 0], atol=1e-5, rtol=0)
+
+
+def test_a_prefix_run_once_per_minibatch_gives_the_plain_gradients(tokenizer):
+    """PrefixStates (ppo_update): the prefix every row of a minibatch shares runs once, with gradients;
+    micro-batches of one and two rows attend to it through leaf copies, and its backward pass after them
+    gives the parameters the gradients of running every row whole."""
+    from kit.train.sequences import PrefixStates
+
+    model = tiny_llama(tokenizer, seed=5)
+    model.train()
+    rows = realistic_rows(tokenizer)
+    pad = tokenizer.pad_token_id
+
+    def loss(logp, mask, rs, total):
+        adv = torch.tensor([r.advantage for r in rs])[:, None]
+        return -(logp * adv * mask).sum() / total
+
+    total = float(sum(sum(r.mask) for r in rows))
+    model.zero_grad()
+    logp, mask = token_logprobs(model, rows, pad, 0.7, min_prefix=10**9)  # every row whole, no sharing
+    loss(logp, mask, rows, total).backward()
+    plain = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    model.zero_grad()
+    shared = PrefixStates.for_rows(model, rows, min_prefix=64)
+    assert shared is not None and shared.p > 150
+    for mi in (rows[:1], rows[1:3], rows[3:]):
+        logp, mask = token_logprobs(model, mi, pad, 0.7, prefix=shared)
+        loss(logp, mask, mi, total).backward()
+    shared.backward()
+    got = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    assert got.keys() == plain.keys() and len(plain) > 0
+    for name, grad in plain.items():
+        assert torch.allclose(got[name], grad, atol=1e-5, rtol=1e-4), (name, (got[name] - grad).abs().max())
+
+
+def test_ppo_update_with_the_minibatch_prefix_steps_like_the_plain_update(tokenizer, monkeypatch):
+    """The whole update: ppo_update with the prefix run once per minibatch moves the weights as the plain
+    update does (plain SGD, so the step is the gradient), and says how many tokens it computed."""
+    import random
+
+    from kit.train import grpo_update
+    from kit.train.grpo_config import GRPOConfig
+    from kit.train.processes import Processes
+
+    class NoAccelerator:  # the update calls accelerate's backward / no_sync / clip on one process
+        num_processes, process_index = 1, 0
+
+        def backward(self, loss):
+            loss.backward()
+
+        def no_sync(self, model):
+            import contextlib
+            return contextlib.nullcontext()
+
+        def clip_grad_norm_(self, params, max_norm):
+            return torch.nn.utils.clip_grad_norm_(list(params), max_norm)
+
+    cfg = GRPOConfig(micro_batch_size=2, max_grad_norm=1e9)
+    results = {}
+    for name, min_prefix in (("shared", 64), ("plain", 10**9)):
+        monkeypatch.setattr(grpo_update, "MIN_SHARED_PREFIX", min_prefix)
+        model = tiny_llama(tokenizer, seed=7)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        acc = NoAccelerator()
+        m, failed = grpo_update.ppo_update(model, opt, acc, Processes(acc), realistic_rows(tokenizer),
+                                           cfg, tokenizer.pad_token_id, random.Random(0))
+        assert failed is None
+        results[name] = ({n: p.detach() - before[n] for n, p in model.named_parameters()}, m)
+    (shared, ms), (plain, mp) = results["shared"], results["plain"]
+    assert ms["train/shared_prefix_tokens"] > 150 and mp["train/shared_prefix_tokens"] == 0
+    assert ms["train/tokens_computed"] < mp["train/tokens_computed"]
+    for n, d in plain.items():
+        assert torch.allclose(shared[n], d, atol=1e-5, rtol=1e-4), (n, (shared[n] - d).abs().max())

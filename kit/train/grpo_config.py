@@ -75,10 +75,13 @@ class GRPOKnobs(LoRAKnobs):
     micro_batch_size: int = Field(default=4, ge=1, description="Rows per forward/backward; gradients accumulate "
                                   "over a minibatch's micro-batches.")
     micro_batch_tokens: Optional[int] = Field(default=None, ge=16, description="Most padded tokens (rows x "
-                                              "longest row) per forward/backward: a micro-batch takes up to "
-                                              "micro_batch_size rows and stops before this budget (a longer row "
-                                              "runs alone). Bounds the update's activation memory, which grows "
-                                              "with the tokens of a micro-batch; None: rows only.")
+                                              "longest row, less the prefix every row of the minibatch shares: it "
+                                              "runs once per minibatch, kit.train.sequences.PrefixStates) per "
+                                              "forward/backward: a micro-batch takes up to micro_batch_size rows "
+                                              "and stops before this budget (a longer row runs alone). Bounds the "
+                                              "update's activation memory, which grows with the tokens of a "
+                                              "micro-batch (plus the shared prefix's, held over the minibatch); "
+                                              "None: rows only.")
     temperature: float = Field(default=1.0, ge=0, description="Rollout sampling temperature (paper: 1.0; "
                                "evaluation uses 0.6).")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Rollout nucleus sampling.")

@@ -24,7 +24,10 @@ from kit.train.grpo_groups import Group
 from kit.train.grpo_config import SkipReason
 from kit.train.grpo_math import group_advantages, ppo_clip_loss
 from kit.train.processes import Processes
-from kit.train.sequences import Row, sampler_logprobs, token_logprobs, trajectory_rows
+from kit.train.sequences import (PrefixStates, Row, can_share_prefix, common_prefix, sampler_logprobs,
+                                 token_logprobs, trajectory_rows)
+
+MIN_SHARED_PREFIX = 64  # tokens: a shorter common prefix is not worth a pass of its own
 
 
 def policy_rows(backend: Any, kept: list[Group], cfg: GRPOConfig, system: str, tools: list[dict] | None,
@@ -58,15 +61,16 @@ def placeholder_rows(pad_id: int, n: int) -> list[Row]:
     return [Row([pad_id] * 2, [0, 1], 0.0, -1) for _ in range(n)]
 
 
-def micro_batches(rows: list[Row], size: int, tokens: int | None = None) -> list[list[Row]]:
+def micro_batches(rows: list[Row], size: int, tokens: int | None = None, skip: int = 0) -> list[list[Row]]:
     """`rows` (in order) cut into micro-batches of at most `size` rows and, with `tokens`, at most
-    `tokens` padded tokens (rows x the longest row's length): a row that alone exceeds the budget
-    runs alone. Rows sorted by length waste the least padding."""
+    `tokens` padded tokens (rows x the longest row's length, less the `skip` leading tokens every row
+    shares when their prefix runs once for the minibatch: `PrefixStates`): a row that alone exceeds the
+    budget runs alone. Rows sorted by length waste the least padding."""
     out: list[list[Row]] = []
     cur: list[Row] = []
     longest = 0
     for r in rows:
-        n = len(r.ids)
+        n = len(r.ids) - skip
         if cur and (len(cur) >= size or (tokens is not None and (len(cur) + 1) * max(longest, n) > tokens)):
             out.append(cur)
             cur, longest = [], 0
@@ -87,7 +91,12 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
     order = list(range(len(rows)))
     rng.shuffle(order)
     mbs = [sorted(order[i :: c.minibatches]) for i in range(c.minibatches)]
-    micro = [micro_batches([rows[j] for j in mb], c.micro_batch_size, c.micro_batch_tokens) for mb in mbs]
+    # a prefix all rows of a minibatch share (the system prompt and tools) runs once for the minibatch
+    # (PrefixStates: exact gradients); the micro-batches then hold the rows' suffixes only
+    share = can_share_prefix(model)
+    prefixes = [common_prefix([rows[j] for j in mb], MIN_SHARED_PREFIX) if share and len(mb) > 1 else 0 for mb in mbs]
+    micro = [micro_batches([rows[j] for j in mb], c.micro_batch_size, c.micro_batch_tokens, skip=p)
+             for mb, p in zip(mbs, prefixes)]
     model.train()
     old = refs = None
     with torch.no_grad():
@@ -103,10 +112,12 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
         seqs = procs.sum(float(sum(r.group >= 0 for mi in mb for r in mi)))
         opt.zero_grad(set_to_none=True)
         bad = False
+        first = mb[0][0]
+        shared = PrefixStates(model, first.ids[:prefixes[b]]) if prefixes[b] else None
         for k, mi in enumerate(mb):
             sync = contextlib.nullcontext() if k == len(mb) - 1 else acc.no_sync(model)
             with sync:
-                logp, mask = token_logprobs(model, mi, pad, c.temperature)
+                logp, mask = token_logprobs(model, mi, pad, c.temperature, prefix=shared)
                 adv = torch.tensor([r.advantage for r in mi], dtype=logp.dtype, device=logp.device)
                 before = logp.detach() if old is None else old[b][k]
                 behaviour = sampler_logprobs(mi, before, mask)  # a server's log-probs, where it gave them
@@ -127,6 +138,8 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
             if refs is not None:
                 out["kl_ref"] += st["kl_ref"] * st["tokens"]
             tokens += st["tokens"]
+        if shared is not None:
+            shared.backward()  # the prefix's share of every micro-batch's gradient, through its one pass
         if procs.any(bad):
             opt.zero_grad(set_to_none=True)
             return {**out, M.LOSS: float("nan"), "train/minibatches_applied": applied}, SkipReason.NAN_LOSS
@@ -142,6 +155,10 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
             out[key] /= max(tokens, 1.0)
     out["train/minibatches_applied"] = applied
     out[M.MICRO_BATCHES] = sum(len(mb) for mb in micro)
-    out["train/micro_batch_tokens_max"] = max((len(mi) * max(len(r.ids) for r in mi) for mb in micro for mi in mb),
-                                              default=0)
+    out["train/micro_batch_tokens_max"] = max((len(mi) * (max(len(r.ids) for r in mi) - p)
+                                               for mb, p in zip(micro, prefixes) for mi in mb), default=0)
+    out["train/shared_prefix_tokens"] = max(prefixes, default=0)
+    # what the update's forward passes computed (pads included), the shared prefixes once per minibatch
+    out["train/tokens_computed"] = sum(p for p in prefixes) + sum(
+        len(mi) * (max(len(r.ids) for r in mi) - p) for mb, p in zip(micro, prefixes) for mi in mb)
     return out, None

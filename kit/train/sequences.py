@@ -104,7 +104,8 @@ def trajectory_rows(
 
 
 def token_logprobs(
-    model: Any, rows: list[Row], pad_id: int, temperature: float = 1.0, min_prefix: int = 64
+    model: Any, rows: list[Row], pad_id: int, temperature: float = 1.0, min_prefix: int = 64,
+    prefix: "PrefixStates | None" = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of each row's tokens under `model`, restricted to the tail that holds
     every masked token: returns (logp, mask), both [rows, K], each row's last token in the last
@@ -123,11 +124,16 @@ def token_logprobs(
     tests/test_grpo_prefix.py). On that path the positions outside the mask hold 0. Not with one
     row, a shorter prefix, gradient checkpointing (it turns the cache off) or under
     DistributedDataParallel (one forward per backward there): the plain pass then.
+
+    `prefix`: the keys and values of a prefix shared by every row of the whole minibatch, already
+    computed once (`PrefixStates`, ppo_update): these rows attend to it and run their suffixes only.
     """
     device = next(model.parameters()).device
     length = max(len(r.ids) for r in rows)
     k = max(len(r.ids) - r.mask.index(1) if 1 in r.mask else 1 for r in rows)
     k = min(k, length - 1)  # the first token of a sequence has no prediction
+    if prefix is not None:
+        return _shared_prefix_logprobs(model, rows, pad_id, temperature, prefix.p, k, device, prefix)
     p = _prefix_to_share(model, rows, min_prefix)
     if p:
         return _shared_prefix_logprobs(model, rows, pad_id, temperature, p, k, device)
@@ -148,14 +154,28 @@ def token_logprobs(
     return logp, msk[:, length - k :]
 
 
+def can_share_prefix(model: Any) -> bool:
+    """Whether a prefix's cache can be shared: not under DistributedDataParallel (one forward per
+    backward there) nor with gradient checkpointing (it turns the cache off)."""
+    if getattr(model, "module", None) is not None:  # DistributedDataParallel wraps `module`
+        return False
+    on = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5; the older name warns there
+    return not (on if on is not None else getattr(model, "is_gradient_checkpointing", False))
+
+
 def _prefix_to_share(model: Any, rows: list[Row], min_prefix: int) -> int:
     """How many leading tokens `token_logprobs` runs once for all rows: their common prefix, cut
     so that every row keeps the token before its first masked one in its own suffix; 0 for the
     plain pass (one row, a prefix under `min_prefix`, gradient checkpointing, DDP)."""
-    if len(rows) < 2 or getattr(model, "module", None) is not None:  # DistributedDataParallel wraps `module`
+    if len(rows) < 2 or not can_share_prefix(model):
         return 0
-    on = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5; the older name warns there
-    if on if on is not None else getattr(model, "is_gradient_checkpointing", False):
+    return common_prefix(rows, min_prefix)
+
+
+def common_prefix(rows: list[Row], min_prefix: int = 1) -> int:
+    """The rows' common token prefix, cut so that every row keeps the token before its first masked
+    one in its own suffix; 0 when that is under `min_prefix`."""
+    if not rows:
         return 0
     first = rows[0].ids
     p = min(len(r.ids) for r in rows) - 1
@@ -169,9 +189,61 @@ def _prefix_to_share(model: Any, rows: list[Row], min_prefix: int) -> int:
     return p if p >= max(min_prefix, 1) else 0
 
 
+class PrefixStates:
+    """The keys and values of a token prefix that every row of a minibatch shares (the system prompt with
+    the policy and the tools), computed once, with gradients, for all of the minibatch's micro-batches.
+
+    Each micro-batch attends to them through leaf copies (`cache(b)`), so its backward pass stops there
+    and leaves the gradient of the loss with respect to the prefix's keys and values on the leaves,
+    summed over micro-batches; `backward()` then sends that sum through the prefix's own pass once. By the
+    chain rule the parameters get the gradients they get when every micro-batch (or every row) runs the
+    prefix itself (tests/test_grpo_prefix.py), while the prefix is computed once per minibatch, not once
+    per micro-batch: the idea of AReaL's tree training and of Prefix Grouper. Memory: the prefix's
+    activations are held until `backward()`, beside one micro-batch's. Not under DDP or with gradient
+    checkpointing (`can_share_prefix`)."""
+
+    def __init__(self, model: Any, ids: list[int]):
+        from transformers import DynamicCache
+
+        self.model, self.p = model, len(ids)
+        self._config = model.config.get_text_config(decoder=True)
+        device = next(model.parameters()).device
+        cache = DynamicCache(config=self._config)
+        model(input_ids=torch.tensor([ids], dtype=torch.long, device=device), cache=cache, use_cache=True,
+              logits_to_keep=1)
+        self.states = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        grad = torch.is_grad_enabled()
+        self.leaves = [t.detach().requires_grad_(grad and t.requires_grad) for t in self.states]
+
+    @classmethod
+    def for_rows(cls, model: Any, rows: list[Row], min_prefix: int = 64) -> "PrefixStates | None":
+        """The shared prefix of `rows` (at least two, sharing `min_prefix` tokens), or None."""
+        if len(rows) < 2 or not can_share_prefix(model):
+            return None
+        p = common_prefix(rows, min_prefix)
+        return cls(model, rows[0].ids[:p]) if p else None
+
+    def cache(self, b: int) -> Any:
+        """A cache holding the prefix's keys and values for `b` rows (copies of the leaves)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self._config)
+        for i in range(0, len(self.leaves), 2):
+            k, v = self.leaves[i], self.leaves[i + 1]
+            cache.update(k.expand(b, *k.shape[1:]), v.expand(b, *v.shape[1:]), i // 2)
+        return cache
+
+    def backward(self) -> None:
+        """Send the gradients the micro-batches left on the leaves through the prefix's pass (once)."""
+        pairs = [(t, leaf.grad) for t, leaf in zip(self.states, self.leaves) if leaf.grad is not None and t.requires_grad]
+        if pairs:
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+        self.states, self.leaves = [], []
+
+
 def _shared_prefix_logprobs(model: Any, rows: list[Row], pad_id: int, temperature: float, p: int, k: int,
-                            device: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """`token_logprobs` with the first `p` tokens (shared by every row) run once."""
+                            device: Any, prefix: PrefixStates | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs` with the first `p` tokens (shared by every row) run once (or given: `prefix`)."""
     from transformers import DynamicCache
 
     b = len(rows)
@@ -187,10 +259,13 @@ def _shared_prefix_logprobs(model: Any, rows: list[Row], pad_id: int, temperatur
         msk[i, width - n :] = torch.tensor(r.mask[p:], dtype=torch.float32)
     ids, att, msk = ids.to(device), att.to(device), msk.to(device)
     pos = p + (att[:, p:].cumsum(-1) - 1).clamp(min=0)  # each row's suffix continues at p, p + 1, ...
-    cache = DynamicCache(config=model.config.get_text_config(decoder=True))
-    prefix = torch.tensor([rows[0].ids[:p]], dtype=torch.long, device=device)
-    model(input_ids=prefix, cache=cache, use_cache=True, logits_to_keep=1)
-    cache.batch_repeat_interleave(b)
+    if prefix is not None:
+        cache = prefix.cache(b)
+    else:
+        cache = DynamicCache(config=model.config.get_text_config(decoder=True))
+        head = torch.tensor([rows[0].ids[:p]], dtype=torch.long, device=device)
+        model(input_ids=head, cache=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_repeat_interleave(b)
     # k + 1 <= width: every row's masked tail plus the token before it lies in its own suffix
     out = model(input_ids=ids, attention_mask=att, position_ids=pos, cache=cache, use_cache=True,
                 logits_to_keep=k + 1)
