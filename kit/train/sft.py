@@ -16,6 +16,14 @@ What this module does itself, and why:
   will see at inference. (TRL would tokenize prompt + completion jointly, which can merge tokens
   across the boundary.) TRL gets `input_ids` + `completion_mask` and builds the labels (-100 on
   every prompt token) from them; tests/test_sft.py checks a collated batch.
+- It trains whole dialogues (`whole_dialogues`, default on). The exported format stays one sample
+  per turn (kit/train/sft_data.py); the trainer groups them: the turns of one dialogue share one
+  row wherever the next turn's prompt ids begin with the row so far, so every trained token keeps
+  the exact context of its own per-turn row and the loss and gradients are the per-turn rows'
+  (tests/test_sft.py), while the dialogue's prefix is read once instead of once per turn. Rows of a
+  micro-batch also share their common prefix (the system prompt with the tools, `completion_loss`).
+  Dialogues are not packed side by side into one row: the shared system prompt would then be computed
+  once per dialogue instead of once per micro-batch.
 - It truncates prompts from the left. A row longer than `max_seq_len` keeps its whole completion
   and the last prompt tokens (the most recent dialogue), losing the start of the system prompt
   first; TRL's own left truncation ("keep_end") is deprecated. A completion that alone fills
