@@ -54,7 +54,7 @@ def test_against_head_runs_both_trees_side_by_side(tmp_path, capsys):
     assert Path(rev[0]["kit_file"]) == tree / "kit" / "__init__.py" and tree != ROOT
     assert not tree.exists()  # the temporary worktree is gone
     assert str(tree) not in subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True,
-                                           text=True).stdout
+                                           text=True, check=True).stdout
     assert cur[0]["tokens_trained"] == rev[0]["tokens_trained"] > 0  # the same data in both arms
     printed = capsys.readouterr().out
     assert "current/HEAD" in printed and "ms / trained token: current/HEAD = " in printed

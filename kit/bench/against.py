@@ -182,8 +182,8 @@ def table(kind: str, ab: dict) -> list[str]:
     cur, rev = ab["arms"]["current"], ab["arms"]["against"]
     names = (cur["name"], rev["name"])
     mc, mr = medians(kind, cur["results"]), medians(kind, rev["results"])
-    lines = [f"{kind}: {names[0]} = {cur['tree']} (working tree), {names[1]} = {ab['sha'][:10]}; median of "
-             f"{len(cur['results'])} round(s), arms alternating"]
+    lines = [(f"{kind}: {names[0]} = {cur['tree']} (working tree), {names[1]} = {ab['sha'][:10]}; median of "
+              f"{len(cur['results'])} round(s), arms alternating")]
     for arm in (cur, rev):
         files = sorted({r["kit_file"] for r in arm["results"]})
         lines.append(f"  {arm['name']}: kit from {', '.join(files)}")
@@ -266,7 +266,7 @@ def run_child(kind: str, kwargs: dict, tree: Path) -> dict:
     env.setdefault("HF_HUB_OFFLINE", "1")
     job = json.dumps({"kind": kind, "kwargs": kwargs})
     proc = subprocess.run([sys.executable, "-c", CHILD, str(Path(__file__).resolve()), job], env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
     if proc.returncode != 0 or not lines:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
