@@ -16,28 +16,31 @@ from pathlib import Path
 import pytest
 
 from kit.bench import against
-from kit.bench.sft import AGENT_SAMPLES, bench_sft, first_dialogues, resolve_data
+from kit.bench.sft import AGENT_SAMPLES, first_dialogues, resolve_data
 from kit.cli import main
 from kit.errors import BadInput, NotFound
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_a_tiny_run_counts_consistent_tokens():
-    res = bench_sft(steps=2, batch_size=4, max_seq_len=1024, dialogues=2, threads=1)
-    assert res.steps == 2 and res.seconds > 0 and res.load_s > 0
-    assert res.settings["whole_dialogues"] is True and res.settings["config_dropped"] == []
-    assert res.rows < res.turns == 4  # two dialogues of two turns: one row each
-    assert res.tokens_trained > 0 and res.tokens_trained < res.tokens_seen
+def test_a_tiny_run_counts_consistent_tokens(tmp_path, capsys):
+    out = tmp_path / "sft.json"
+    argv = ["bench", "sft", "--steps", "2", "--batch-size", "4", "--max-seq-len", "1024", "--dialogues", "2",
+            "--threads", "1", "--out", str(out)]
+    assert main(argv) == 0
+    res = json.loads(out.read_text())
+    assert res["steps"] == 2 and res["seconds"] > 0 and res["load_s"] > 0
+    assert res["settings"]["whole_dialogues"] is True and res["settings"]["config_dropped"] == []
+    assert res["rows"] < res["turns"] == 4  # two dialogues of two turns: one row each
+    assert 0 < res["tokens_trained"] < res["tokens_seen"]
     # the two rows share the system prompt: its tokens run once per micro-batch
-    assert res.tokens_computed is not None and res.tokens_computed < res.tokens_seen
-    assert res.tokens_computed <= res.positions_computed
-    assert res.forward_calls == 2 * 2  # per step: the shared prefix, then the rows' suffixes
-    assert res.s_per_trained_token == pytest.approx(res.seconds / res.tokens_trained)
-    assert res.peak_rss_gib > 0 and res.machine["kit"] == str(ROOT / "kit" / "__init__.py")
-    assert set(res.to_json()) >= {"seconds", "tokens_trained", "tokens_seen", "tokens_computed", "s_per_trained_token",
-                                  "peak_rss_gib", "rows", "turns", "steps"}
-    assert "ms per trained token" in res.line()
+    assert res["tokens_computed"] is not None and res["tokens_computed"] < res["tokens_seen"]
+    assert res["tokens_computed"] <= res["positions_computed"]
+    assert res["forward_calls"] == 2 * 2  # per step: the shared prefix, then the rows' suffixes
+    assert res["s_per_trained_token"] == pytest.approx(res["seconds"] / res["tokens_trained"])
+    assert res["peak_rss_gib"] > 0 and res["machine"]["kit"] == str(ROOT / "kit" / "__init__.py")
+    printed = capsys.readouterr().out
+    assert "whole_dialogues True" in printed and "ms per trained token" in printed and f"wrote {out}" in printed
 
 
 @pytest.mark.slow
