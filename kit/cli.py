@@ -7,6 +7,8 @@
   kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
   kit bench rollout [--arms A,B] [--group 8]    the kit's engine vs transformers' generate, per arm
   kit bench grpo [--group 4 --steps 2 --out F]  GRPO steps: rollout / score / update seconds, episodes/s
+  kit bench sft [--data RUN --steps 4 --out F]  SFT steps: seconds per trained token, tokens seen / computed
+    (bench sft|grpo --against REV [--repeats R]: the same workload from git revision REV too, side by side)
   kit bench sandbox [--n 500]                   honest checker verdicts per second (sandbox pool)
   kit eval --domain D (--split S | --tasks-file FILE) --model M --user-model U --trials N   (every `evaluate` parameter)
   kit synthesize --domain D --out DIR [--rounds N --num-plans N ...]                      (every `synthesize` parameter)
@@ -251,6 +253,14 @@ def _at_least_one(text: str) -> int:
     return value
 
 
+def _against_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--against", default=None, metavar="REV",
+                   help="also run the same workload from this git revision (a temporary worktree), each run in "
+                        "its own process, alternating; print both side by side (kit/bench/against.py)")
+    p.add_argument("--repeats", type=_at_least_one, default=None,
+                   help="rounds of the --against comparison (default 3); the table gives each arm's median")
+
+
 def _cmd_bench_sandbox(args: argparse.Namespace) -> int:
     from kit.checkers.sandbox import bench_sandbox
 
@@ -286,10 +296,74 @@ def _cmd_bench_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_against(kind: str, kwargs: dict, args: argparse.Namespace) -> int:
+    """`kit bench sft|grpo --against REV`: both revisions' runs alternating, then the side-by-side table."""
+    from kit.bench.against import run_against, table
+    from kit.files import write_json
+
+    ab = run_against(kind, kwargs, args.against, args.repeats or 3)
+    for line in table(kind, ab):
+        print(line)
+    if args.out:
+        write_json(Path(args.out), ab)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _refuse_repeats_alone(args: argparse.Namespace) -> None:
+    if args.repeats is not None and not args.against:
+        raise BadInput("--repeats counts the rounds of an --against comparison", "add --against REV, or drop --repeats")
+
+
+def _cmd_bench_sft(args: argparse.Namespace) -> int:
+    from kit.bench.sft import bench_sft, resolve_data
+    from kit.files import write_json
+
+    _refuse_repeats_alone(args)
+    kwargs = {"data": resolve_data(args.data), "steps": args.steps, "batch_size": args.batch_size,
+              "max_seq_len": args.max_seq_len, "lora": args.lora, "threads": args.threads,
+              "dialogues": args.dialogues, "seed": args.seed}
+    if args.against:
+        import tempfile
+
+        from kit.bench.against import resolve_rev
+        from kit.bench.sft import gold_samples
+        from kit.train.sft_data import write_samples
+
+        resolve_rev(args.against)  # a bad revision fails before anything loads
+        with tempfile.TemporaryDirectory(prefix="kit-bench-sft-data-") as d:
+            if kwargs["data"] is None:  # both arms train the same samples: this checkout's gold ones
+                kwargs["data"] = str(write_samples(gold_samples(args.dialogues), Path(d) / "gold_mock_agent.jsonl"))
+                kwargs["dialogues"] = None
+            return _bench_against("sft", kwargs, args)
+    res = bench_sft(**kwargs)
+    s = res.settings
+    print(f"{s['data']}, {s['steps']} steps of batch {s['batch_size']}, max_seq_len {s['max_seq_len']}, "
+          f"{'LoRA' if s['lora'] else 'full'}, whole_dialogues {s['whole_dialogues']}; loaded in {res.load_s:.1f} s")
+    print(res.line())
+    if args.out:
+        write_json(Path(args.out), res.to_json())
+        print(f"wrote {args.out}")
+    return 0
+
+
 def _cmd_bench_grpo(args: argparse.Namespace) -> int:
     from kit.bench.grpo import bench_grpo
     from kit.files import write_json
 
+    _refuse_repeats_alone(args)
+    if args.against:
+        from kit.bench.against import resolve_rev
+
+        resolve_rev(args.against)
+        tasks_file = str(Path(args.tasks_file).resolve()) if args.tasks_file else None
+        kwargs = {"group": args.group, "tasks_per_step": args.tasks_per_step, "steps": args.steps,
+                  "max_new_tokens": args.max_new_tokens, "max_messages": args.max_messages, "model": args.model,
+                  "user_model": args.user_model, "domain": args.domain, "split": args.split,
+                  "tasks_file": tasks_file, "filter_mode": args.filter_mode, "seed": args.seed,
+                  "pack_turns": not args.no_pack, "micro_batch_size": args.micro_batch,
+                  "micro_batch_tokens": args.micro_batch_tokens, "threads": args.threads}
+        return _bench_against("grpo", kwargs, args)
     if args.threads:
         import torch
 
@@ -645,7 +719,21 @@ def build_parser() -> argparse.ArgumentParser:
                     help="most padded tokens per forward/backward (bounds the update's memory; default: rows only)")
     bg.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     bg.add_argument("--out", default=None, help="write the numbers as JSON here")
+    _against_arguments(bg)
     bg.set_defaults(fn=_cmd_bench_grpo)
+    bt = bsub.add_parser("sft", help="SFT optimizer steps on the embedded model: seconds per trained token")
+    bt.add_argument("--data", default=None, help="SFT JSONL, or a run folder (its synthesize/sft_agent.jsonl); "
+                    "default: the mock domain's gold agent samples")
+    bt.add_argument("--dialogues", type=_at_least_one, default=None, help="only the first N dialogues of the data")
+    bt.add_argument("--steps", type=_at_least_one, default=4, help="optimizer steps")
+    bt.add_argument("--batch-size", type=_at_least_one, default=4, help="rows per step")
+    bt.add_argument("--max-seq-len", type=int, default=4096)
+    bt.add_argument("--lora", action="store_true", help="LoRA adapters (default: full fine-tuning)")
+    bt.add_argument("--seed", type=int, default=0)
+    bt.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    bt.add_argument("--out", default=None, help="write the numbers as JSON here")
+    _against_arguments(bt)
+    bt.set_defaults(fn=_cmd_bench_sft)
     bs = bsub.add_parser("sandbox", help="honest checker verdicts per second over a warm sandbox pool")
     bs.add_argument("--n", type=_at_least_one, default=500, help="checks to time")
     bs.add_argument("--workers", type=int, default=None, help="sandbox worker processes (default: min(2, CPUs))")
