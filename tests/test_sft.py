@@ -376,18 +376,21 @@ def test_whole_dialogue_rows_give_the_per_turn_loss_and_gradients(mock_samples, 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.train()
 
-    def loss_and_grads(columns):
+    def loss_and_grads(columns, chunk=None):
         model.zero_grad()
         inputs = _batch(columns, range(len(columns["input_ids"])))
-        loss = completion_loss(model, inputs)
+        loss = completion_loss(model, inputs, chunk=chunk)
         loss.backward()
         return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     l1, g1 = loss_and_grads(per_turn)
     l2, g2 = loss_and_grads(whole)
-    assert l2 == pytest.approx(l1, rel=1e-4)
+    # micro_batch_size: the rows in chunks of one, after one pass of the prefix they all share
+    l3, g3 = loss_and_grads(whole, chunk=1)
+    assert l2 == pytest.approx(l1, rel=1e-4) and l3 == pytest.approx(l1, rel=1e-4)
     for name, grad in g1.items():
-        assert torch.allclose(g2[name], grad, rtol=1e-3, atol=1e-3 * float(grad.abs().max()) + 1e-8), name
+        for g in (g2, g3):
+            assert torch.allclose(g[name], grad, rtol=1e-3, atol=1e-3 * float(grad.abs().max()) + 1e-8), name
 
 
 def test_a_turn_that_does_not_extend_its_dialogue_row_starts_a_window(mock_samples, tokenizer):
@@ -409,3 +412,24 @@ def test_a_turn_that_does_not_extend_its_dialogue_row_starts_a_window(mock_sampl
     assert c["rows"] == 2 and c["turns"] == len(pairs) and max(map(len, cut["input_ids"])) <= cap
     bare, c = tokenize_samples([(p, q) for p, q, _ in pairs], tokenizer, 4096, whole_dialogues=True)
     assert c["rows"] == len(pairs)
+
+
+def test_micro_batches_inside_a_batch_train_the_same_weights(mock_samples, tmp_path):
+    """micro_batch_size: a batch of whole dialogues runs its shared prefix once and its rows one at a time
+    (their backward passes inside the loss); the Trainer's steps give the losses and weights of the whole
+    batch in one pass."""
+    agent, _ = mock_samples
+    agent, _ = grounded_only(agent)
+    runs = {}
+    for micro in (None, 1):
+        cfg = SFTConfig(output_dir=str(tmp_path / str(micro)), lr=1e-4, lr_scheduler="constant", train_steps=2,
+                        batch_size=3, micro_batch_size=micro, max_seq_len=2048, seed=0)
+        trainer, counts = prepare_sft(agent, cfg)
+        assert counts["rows"] < counts["turns"]  # whole dialogues
+        trainer.train()
+        runs[micro] = ([h["loss"] for h in trainer.state.log_history if "loss" in h],
+                       {n: p.detach().clone() for n, p in trainer.model.named_parameters()})
+    (l0, w0), (l1, w1) = runs[None], runs[1]
+    assert len(l0) == 2 and l1 == pytest.approx(l0, rel=1e-4)
+    for n, w in w0.items():
+        assert torch.allclose(w1[n], w, atol=1e-6, rtol=1e-4), n

@@ -24,8 +24,8 @@ from kit.train.grpo_groups import Group
 from kit.train.grpo_config import SkipReason
 from kit.train.grpo_math import group_advantages, ppo_clip_loss
 from kit.train.processes import Processes
-from kit.train.sequences import (PrefixStates, Row, can_share_prefix, common_prefix, sampler_logprobs,
-                                 token_logprobs, trajectory_rows)
+from kit.train.prefix import PrefixStates, can_share_prefix
+from kit.train.sequences import Row, common_prefix, sampler_logprobs, token_logprobs, trajectory_rows
 
 MIN_SHARED_PREFIX = 64  # tokens: a shorter common prefix is not worth a pass of its own
 

@@ -73,7 +73,12 @@ class SFTKnobs(LoRAKnobs):
     warmup_steps: int = Field(default=0, ge=0, description="Linear warm-up steps.")
     epochs: float = Field(default=1.0, gt=0, description="Passes over the data (ignored when train_steps > 0).")
     train_steps: int = Field(default=-1, description="Optimizer steps to run; > 0 overrides `epochs`.")
-    batch_size: int = Field(default=4, ge=1, description="Sequences per device per forward pass.")
+    batch_size: int = Field(default=4, ge=1, description="Sequences (rows) per device per batch.")
+    micro_batch_size: Optional[int] = Field(default=None, ge=1, description="Rows per forward/backward inside a "
+                                            "batch: the batch's common prefix (the system prompt with the tools) "
+                                            "runs once for the whole batch and its rows run in chunks of this many "
+                                            "(kit.train.prefix.PrefixStates: the same gradients, less memory than "
+                                            "the whole batch at once). None: the whole batch in one pass.")
     grad_accum: int = Field(default=1, ge=1, description="Forward passes per optimizer step (effective batch = "
                             "batch_size x grad_accum x devices).")
     max_seq_len: int = Field(default=4096, ge=16, description="Longest training sequence in tokens; longer "
@@ -203,7 +208,8 @@ def _shared_prefix(ids: Any, mask: Any, limit: int) -> int:
     return min(n, limit)
 
 
-def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, min_prefix: int = 64) -> Any:
+def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, min_prefix: int = 64,
+                    chunk: Optional[int] = None) -> Any:
     """Cross-entropy over the completion tokens, computed the cheap way, with the same value and
     gradients as the plain forward pass (tests/test_sft.py checks both):
 
@@ -213,7 +219,12 @@ def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, mi
       to the model as `logits_to_keep`);
     - a prefix every row shares (the agent's system prompt with its tools, ~750 of ~1000 tokens) is
       run once, and its key/value cache, repeated for every row, is attended by each row's own
-      suffix; gradients flow back into the prefix through the repeated cache.
+      suffix; gradients flow back into the prefix through the repeated cache;
+    - with `chunk` (and gradients on), the rows run `chunk` at a time after that one prefix pass, each
+      chunk's backward pass done here (kit.train.prefix.PrefixStates) and the prefix's once after them:
+      the returned loss then carries no graph (its value is the batch's loss; a backward on it does
+      nothing more). The caller must not rescale the gradients afterwards (the Trainer does not when
+      the loss is normalised by `num_items_in_batch`).
     """
     import torch
 
@@ -226,6 +237,24 @@ def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, mi
     # gradient checkpointing turns the cache off, so the prefix cannot be shared then
     share = len(wanted) and ids.shape[0] > 1 and not getattr(base, "is_gradient_checkpointing", False)
     p = _shared_prefix(ids, mask, int(wanted.min())) if share else 0
+    n_items = num_items_in_batch if num_items_in_batch is not None else (labels[:, 1:] != -100).sum()
+    if p >= min_prefix and chunk and ids.shape[0] > chunk and torch.is_grad_enabled():
+        from kit.train.prefix import PrefixStates
+
+        prefix = PrefixStates(model, ids[0, :p].tolist())
+        total = torch.zeros((), dtype=torch.float32, device=ids.device)
+        for s in range(0, ids.shape[0], chunk):
+            rows = slice(s, s + chunk)
+            at = (labels[rows, 1:] != -100).any(dim=0).nonzero().flatten()
+            if not len(at):
+                continue
+            out = model(input_ids=ids[rows, p:], attention_mask=mask[rows], cache=prefix.cache(ids[rows].shape[0]),
+                        use_cache=True, logits_to_keep=at - p)
+            part = _ce_sum(out.logits, labels[rows][:, at + 1]) / n_items
+            part.backward()
+            total += part.detach()
+        prefix.backward()
+        return total.requires_grad_()
     if p >= min_prefix:
         from transformers import DynamicCache
 
@@ -235,12 +264,16 @@ def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, mi
         out = model(input_ids=ids[:, p:], attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=wanted - p)
     else:
         out = model(input_ids=ids, attention_mask=mask, logits_to_keep=wanted)
-    logits = out.logits.float()
-    target = labels[:, wanted + 1]
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+    return _ce_sum(out.logits, labels[:, wanted + 1]) / n_items
+
+
+def _ce_sum(logits: Any, target: Any) -> Any:
+    """Summed cross-entropy of `target` (-100: not trained) under `logits` [rows, positions, vocab]."""
+    import torch
+
+    logits = logits.float()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
                                              ignore_index=-100, reduction="sum")
-    n = num_items_in_batch if num_items_in_batch is not None else (target != -100).sum()
-    return loss / n
 
 
 def _counting(trainer_cls: type) -> type:
@@ -252,6 +285,7 @@ def _counting(trainer_cls: type) -> type:
         tokens_trained = 0
         tokens_seen = 0
         sparse_logits = True
+        micro_batch_size = None
 
         # the counts travel with each process's RNG state in a checkpoint (transformers saves and
         # restores that per process, before trainer_state.json marks the checkpoint complete)
@@ -273,7 +307,11 @@ def _counting(trainer_cls: type) -> type:
                 mask = inputs.get("attention_mask")
                 self.tokens_seen += int(mask.sum()) if mask is not None else int(inputs["input_ids"].numel())
                 if self.sparse_logits and not return_outputs:
-                    return completion_loss(model, inputs, num_items_in_batch)
+                    # chunks run their own backward passes: only where the Trainer then adds nothing (one
+                    # process, a loss normalised by num_items_in_batch, which it does not rescale)
+                    chunk = self.micro_batch_size if (num_items_in_batch is not None and self.model_accepts_loss_kwargs
+                                                      and self.args.world_size == 1) else None
+                    return completion_loss(model, inputs, num_items_in_batch, chunk=chunk)
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
 
@@ -406,6 +444,7 @@ def prepare_sft(samples_or_path: Any, config: SFTConfig, callbacks: Optional[lis
                                     processing_class=tokenizer, peft_config=peft_config,
                                     callbacks=[_no_save_at_the_end(), *(callbacks or [])])
     trainer.sparse_logits = not unsloth  # Unsloth patches the forward pass its own way
+    trainer.micro_batch_size = config.micro_batch_size
     counts.update(samples=counts["turns"], unsloth=unsloth, ungrounded_dropped=ungrounded,
                   completion_tokens_per_epoch=sum(sum(m) for m in columns["completion_mask"]))
     return trainer, counts
