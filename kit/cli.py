@@ -326,6 +326,7 @@ def _cmd_bench_sft(args: argparse.Namespace) -> int:
     if args.against:
         import tempfile
 
+        from kit.bench import against
         from kit.bench.against import resolve_rev
         from kit.bench.sft import gold_samples
         from kit.train.sft_data import write_samples
@@ -335,7 +336,7 @@ def _cmd_bench_sft(args: argparse.Namespace) -> int:
             if kwargs["data"] is None:  # both arms train the same samples: this checkout's gold ones
                 kwargs["data"] = str(write_samples(gold_samples(args.dialogues), Path(d) / "gold_mock_agent.jsonl"))
                 kwargs["dialogues"] = None
-            return _bench_against("sft", kwargs, args)
+            return _bench_against(against.SFT, kwargs, args)
     res = bench_sft(**kwargs)
     s = res.settings
     print(f"{s['data']}, {s['steps']} steps of batch {s['batch_size']}, max_seq_len {s['max_seq_len']}, "
@@ -353,6 +354,7 @@ def _cmd_bench_grpo(args: argparse.Namespace) -> int:
 
     _refuse_repeats_alone(args)
     if args.against:
+        from kit.bench import against
         from kit.bench.against import resolve_rev
 
         resolve_rev(args.against)
@@ -363,7 +365,7 @@ def _cmd_bench_grpo(args: argparse.Namespace) -> int:
                   "tasks_file": tasks_file, "filter_mode": args.filter_mode, "seed": args.seed,
                   "pack_turns": not args.no_pack, "micro_batch_size": args.micro_batch,
                   "micro_batch_tokens": args.micro_batch_tokens, "threads": args.threads}
-        return _bench_against("grpo", kwargs, args)
+        return _bench_against(against.GRPO, kwargs, args)
     if args.threads:
         import torch
 

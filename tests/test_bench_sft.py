@@ -73,12 +73,12 @@ def _sft_result(seconds: float, tokens: int, computed: int | None = None, **sett
 def test_the_table_gives_medians_ratios_and_dashes():
     cur = [_sft_result(s, 100, 500, whole_dialogues=True) for s in (1.0, 3.0, 2.0)]
     old = [_sft_result(s, 50, None, config_dropped=["whole_dialogues"]) for s in (4.0, 5.0, 6.0)]
-    m = against.medians("sft", cur)
-    assert m["train s"] == 2.0 and m["ms / trained token"] == 20.0 and against.medians("sft", old)["tokens computed"] is None
+    m = against.medians(against.SFT, cur)
+    assert m["train s"] == 2.0 and m["ms / trained token"] == 20.0 and against.medians(against.SFT, old)["tokens computed"] is None
     ab = {"sha": "b7d8fc2" + "0" * 33, "headline": {"label": "ms / trained token", "ratio": 0.2, "rounds": [0.1, 0.3]},
           "arms": {"current": {"name": "current", "tree": "/a", "results": cur},
                    "against": {"name": "b7d8fc2", "tree": "/b", "results": old}}}
-    lines = against.table("sft", ab)
+    lines = against.table(against.SFT, ab)
     row = {ln.split("  ")[0]: ln.split() for ln in lines}
     assert row["ms / trained token"][-3:] == ["20.000", "100.000", "0.20"]
     assert row["tokens computed"][-3:] == ["500", "—", "—"] and row["whole_dialogues"][-2:] == ["True", "—"]
@@ -89,7 +89,7 @@ def test_the_table_gives_medians_ratios_and_dashes():
 def test_grpo_rows_give_seconds_per_training_episode_and_update_over_rollout():
     r = {"total": {"rollout_s": 6.0, "score_s": 1.0, "update_s": 3.0, "step_s": 11.0, "episodes": 4, "rows": 4,
                    "turns": 8, "tokens": 900, "passes": 1}, "peak_rss_gib": 2.5, "load_s": 5.0}
-    m = against.medians("grpo", [r])
+    m = against.medians(against.GRPO, [r])
     assert m["s / training episode"] == 9.0 / 4 and m["update / rollout"] == 0.5 and m["peak RSS GiB"] == 2.5
 
 
@@ -107,7 +107,7 @@ def test_the_grpo_child_passes_only_the_arguments_its_tree_accepts(monkeypatch, 
         return Fake()
 
     monkeypatch.setattr(grpo, "bench_grpo", old_bench_grpo)
-    against.child({"kind": "grpo", "kwargs": {"group": 2, "steps": 1, "pack_turns": True, "threads": None}})
+    against.child({"kind": against.GRPO, "kwargs": {"group": 2, "steps": 1, "pack_turns": True, "threads": None}})
     line = capsys.readouterr().out.strip()
     assert line.startswith(against.MARK) and seen == {"group": 2, "steps": 1}
     out = json.loads(line[len(against.MARK):])

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 MARK = "KIT_BENCH_RESULT "  # the child's result line starts with this
+SFT, GRPO = "bench-sft", "bench-grpo"  # the two workloads (`kit bench sft` / `kit bench grpo`)
 
 # Run in the child with `python -c`: no '' (the working directory) on sys.path, so that `kit` is the
 # PYTHONPATH tree's; then this file, loaded by path, runs the job.
@@ -75,10 +76,10 @@ def child(job: dict) -> None:
     import kit
 
     kwargs = dict(job["kwargs"])
-    if job["kind"] == "sft":
+    if job["kind"] == SFT:
         sft = _load_by_path(Path(__file__).with_name("sft.py"), "_kit_bench_sft_arm")
         out = sft.bench_sft(**kwargs).to_json()
-    elif job["kind"] == "grpo":
+    elif job["kind"] == GRPO:
         import inspect
 
         from kit.bench import grpo
@@ -150,8 +151,8 @@ def _grpo_rows() -> list[tuple[str, Callable[[dict], Any], str]]:
     ]
 
 
-ROWS = {"sft": _sft_rows, "grpo": _grpo_rows}
-HEADLINE = {"sft": "ms / trained token", "grpo": "s / training episode"}
+ROWS = {SFT: _sft_rows, GRPO: _grpo_rows}
+HEADLINE = {SFT: "ms / trained token", GRPO: "s / training episode"}
 
 
 def _value(get: Callable[[dict], Any], r: dict) -> float | None:
@@ -195,7 +196,7 @@ def table(kind: str, ab: dict) -> list[str]:
     w = max(12, *(len(n) for n in names))
     ratio_head = f"{names[0]}/{names[1]}"
     lines.append(f"{'':<22} {names[0]:>{w}} {names[1]:>{w}} {ratio_head:>{max(w, len(ratio_head))}}")
-    if kind == "sft":
+    if kind == SFT:
         wd = [{r["settings"].get("whole_dialogues") for r in arm["results"]} for arm in (cur, rev)]
         shown = ["—" if s == {None} else "/".join(str(x) for x in sorted(s, key=str)) for s in wd]
         lines.append(f"{'whole_dialogues':<22} {shown[0]:>{w}} {shown[1]:>{w}}")
