@@ -322,7 +322,8 @@ def _cmd_bench_sft(args: argparse.Namespace) -> int:
     _refuse_repeats_alone(args)
     kwargs = {"data": resolve_data(args.data), "steps": args.steps, "batch_size": args.batch_size,
               "max_seq_len": args.max_seq_len, "lora": args.lora, "threads": args.threads,
-              "dialogues": args.dialogues, "seed": args.seed}
+              "dialogues": args.dialogues, "seed": args.seed, "micro_batch_size": args.micro_batch,
+              "recipe": args.recipe}
     if args.against:
         import tempfile
 
@@ -731,6 +732,11 @@ def build_parser() -> argparse.ArgumentParser:
     bt.add_argument("--batch-size", type=_at_least_one, default=4, help="rows per step")
     bt.add_argument("--max-seq-len", type=int, default=4096)
     bt.add_argument("--lora", action="store_true", help="LoRA adapters (default: full fine-tuning)")
+    bt.add_argument("--micro-batch", type=_at_least_one, default=None,
+                    help="rows per forward/backward inside a batch (SFT's micro_batch_size; default: the whole batch)")
+    bt.add_argument("--recipe", default=None, metavar="FILE:STAGE_ID",
+                    help="take the batch shape and knobs from this stage of this recipe (each --against revision "
+                         "reads its own copy of FILE), e.g. recipes/quickstart-cpu.yaml:sft_agent")
     bt.add_argument("--seed", type=int, default=0)
     bt.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     bt.add_argument("--out", default=None, help="write the numbers as JSON here")

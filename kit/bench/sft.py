@@ -149,11 +149,35 @@ def _decoder(model: Any) -> Any:
     return inner.get_decoder() if hasattr(inner, "get_decoder") else inner
 
 
+def recipe_params(recipe: str, root: Path) -> dict:
+    """The params of one stage of a recipe, `FILE:STAGE_ID` (FILE relative to `root`, the tree whose kit runs:
+    under --against each revision reads its own recipe)."""
+    import yaml
+
+    path, _, stage = recipe.rpartition(":")
+    if not path or not stage:
+        raise ValueError(f"--recipe takes FILE:STAGE_ID (the stage's id, e.g. recipes/quickstart-cpu.yaml:<id>), got {recipe!r}")
+    f = Path(path) if Path(path).is_absolute() else root / path
+    doc = yaml.safe_load(f.read_text(encoding="utf-8"))
+    for entry in doc.get("stages") or []:
+        if entry.get("id", entry.get("stage")) == stage:
+            return dict(entry.get("params") or {})
+    raise ValueError(f"{f} has no stage with id {stage!r}")
+
+
+# what a recipe's stage params may set in the benchmark (the rest: steps, output, saving, are the benchmark's)
+RECIPE_KNOBS = ("batch_size", "grad_accum", "micro_batch_size", "max_seq_len", "lr", "lora", "lora_r", "lora_alpha",
+                "whole_dialogues", "gradient_checkpointing", "dtype")
+
+
 def bench_sft(data: str | None = None, steps: int = 4, batch_size: int = 4, max_seq_len: int = 4096,
               lora: bool = False, threads: int | None = None, dialogues: int | None = None, seed: int = 0,
-              log: Any = None) -> SFTBench:
+              log: Any = None, micro_batch_size: int | None = None, recipe: str | None = None) -> SFTBench:
     """Train `steps` optimizer steps on `data` (an SFT JSONL; None: the mock domain's gold agent samples)
-    and return the numbers of the module doc. `dialogues`: only the first N dialogues of the data."""
+    and return the numbers of the module doc. `dialogues`: only the first N dialogues of the data.
+    `recipe` ("FILE:STAGE_ID"): that stage's knobs (RECIPE_KNOBS) replace the arguments, read from the
+    recipe file of the tree whose kit runs, so `--against REV` compares each revision as it configures
+    its own stage."""
     import torch
 
     import kit
@@ -167,6 +191,13 @@ def bench_sft(data: str | None = None, steps: int = 4, batch_size: int = 4, max_
     try:
         wanted = {"output_dir": str(tmp / "out"), "train_steps": steps, "batch_size": batch_size,
                   "max_seq_len": max_seq_len, "lora": lora, "save_every": 0, "seed": seed, "report_to": "none"}
+        if micro_batch_size:
+            wanted["micro_batch_size"] = micro_batch_size
+        from_recipe = {}
+        if recipe:
+            params = recipe_params(recipe, Path(kit.__file__).resolve().parent.parent)
+            from_recipe = {k: params[k] for k in RECIPE_KNOBS if k in params}
+            wanted.update(from_recipe)
         known = S.SFTConfig.model_fields
         cfg = S.SFTConfig(**{k: v for k, v in wanted.items() if k in known})
         t0 = time.perf_counter()
@@ -184,7 +215,9 @@ def bench_sft(data: str | None = None, steps: int = 4, batch_size: int = 4, max_
         shutil.rmtree(tmp, ignore_errors=True)
     config = cfg.model_dump(mode="json")
     settings = {"data": data or f"gold:mock ({len(samples)} samples)", "dialogues": dialogues, "steps": steps,
-                "batch_size": batch_size, "max_seq_len": max_seq_len, "lora": lora, "threads": threads, "seed": seed,
+                "batch_size": config.get("batch_size"), "micro_batch_size": config.get("micro_batch_size"),
+                "max_seq_len": config.get("max_seq_len"), "lora": config.get("lora"), "threads": threads, "seed": seed,
+                "recipe": recipe, "from_recipe": from_recipe,
                 "whole_dialogues": config.get("whole_dialogues"),  # None: the tree has no such knob (one row per turn)
                 "config_dropped": sorted(set(wanted) - set(known))}
     machine = {"device": str(trainer.args.device), "torch_threads": torch.get_num_threads(),
