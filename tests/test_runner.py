@@ -80,18 +80,21 @@ def test_gpu_recipes_sample_base_models_through_servers(gpu_env):
 
 def test_quickstart_is_the_whole_chain_on_mock_with_the_embedded_model():
     r = load_recipe(ROOT / "recipes/quickstart-cpu.yaml")
-    assert [s.stage for s in r.plan] == ["synthesize", "sft_user", "sft_agent", "grpo", "evaluate", "evaluate", "report"]
+    assert [s.stage for s in r.plan] == ["synthesize", "sft_user", "sft_agent", "grpo", "evaluate", "evaluate", "evaluate",
+                                         "report"]
     by = {s.id: s for s in r.plan}
     assert by["grpo"].refs == {"model": "sft_agent", "user_model": "sft_user", "tasks": "synthesize"}
     # base and trained agent on the held-out tasks, played against the same referee: the fine-tuned user
     assert by["eval_trained"].refs == {"model": "grpo", "user_model": "sft_user"}
     assert by["eval_base"].refs == {"user_model": "sft_user"} and by["eval_base"].params["model"] == "embedded"
+    assert by["eval_sft"].refs == {"model": "sft_agent", "user_model": "sft_user"}  # the SFT-only arm
     assert all(s.params.get("domain", "mock") == "mock" for s in r.plan)
-    for ev in (by["eval_base"], by["eval_trained"]):
+    for ev in (by["eval_base"], by["eval_sft"], by["eval_trained"]):
         assert ev.params["split"] == "heldout" and not ev.params["allow_overlap"]
     # both arms on the same held-out tasks (the first N hold every kind of task equally: 5 kinds in turn)
     limit = by["eval_base"].params["limit"]
-    assert by["eval_trained"].params["limit"] == limit and (limit is None or (limit >= 30 and limit % 5 == 0))
+    assert by["eval_trained"].params["limit"] == by["eval_sft"].params["limit"] == limit
+    assert limit is None or (limit >= 30 and limit % 5 == 0)
 
 
 def test_ablation_arms_expand_with_overrides_and_skips(gpu_env):
