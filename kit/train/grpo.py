@@ -292,9 +292,11 @@ class GRPOTrainer:
             if nothing_here:
                 rows, reason = placeholder_rows(self.backend.pad_id, self.cfg.minibatches), None
             t1 = time.perf_counter()
+            # the sampler's cached prefix states and packed weights belong to the old weights: freed before the
+            # update rather than after, so that the update's activations do not sit on top of them
+            self.backend.invalidate()
             um, reason = ppo_update(self.model, self.opt, self.acc, self.procs, rows, self.cfg,
                                     self.backend.pad_id, self.draws.own, self.ref)
-            self.backend.invalidate()  # the sampler's cached prefix states belong to the old weights
             m.update(um)
             m["time/update_s"] = time.perf_counter() - t1
             if reason is None and self.server is not None:
