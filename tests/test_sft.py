@@ -431,5 +431,8 @@ def test_micro_batches_inside_a_batch_train_the_same_weights(mock_samples, tmp_p
                        {n: p.detach().clone() for n, p in trainer.model.named_parameters()})
     (l0, w0), (l1, w1) = runs[None], runs[1]
     assert len(l0) == 2 and l1 == pytest.approx(l0, rel=1e-4)
+    # each chunk is cut to its own used columns (other matmul shapes, so float32 sums in another order): Adam
+    # turns that noise into weight differences of a few 1e-6 where a gradient is near 0 (measured: 8 of 134M
+    # weights past 1e-6, the largest 4.6e-6); a wrong gradient moves weights by up to lr (1e-4) per step
     for n, w in w0.items():
-        assert torch.allclose(w1[n], w, atol=1e-6, rtol=1e-4), n
+        assert torch.allclose(w1[n], w, atol=2e-5, rtol=1e-4), n

@@ -243,13 +243,13 @@ def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, mi
 
         prefix = PrefixStates(model, ids[0, :p].tolist())
         total = torch.zeros((), dtype=torch.float32, device=ids.device)
-        for s in range(0, ids.shape[0], chunk):
-            rows = slice(s, s + chunk)
+        for rows in _chunks_by_length(mask, labels, chunk):
             at = (labels[rows, 1:] != -100).any(dim=0).nonzero().flatten()
             if not len(at):
                 continue
-            out = model(input_ids=ids[rows, p:], attention_mask=mask[rows], cache=prefix.cache(ids[rows].shape[0]),
-                        use_cache=True, logits_to_keep=at - p)
+            end = _used_columns(mask[rows], labels[rows])
+            out = model(input_ids=ids[rows, p:end], attention_mask=mask[rows, :end],
+                        cache=prefix.cache(len(rows)), use_cache=True, logits_to_keep=at - p)
             part = _ce_sum(out.logits, labels[rows][:, at + 1]) / n_items
             part.backward()
             total += part.detach()
@@ -265,6 +265,26 @@ def completion_loss(model: Any, inputs: dict, num_items_in_batch: Any = None, mi
     else:
         out = model(input_ids=ids, attention_mask=mask, logits_to_keep=wanted)
     return _ce_sum(out.logits, labels[:, wanted + 1]) / n_items
+
+
+def _chunks_by_length(mask: Any, labels: Any, chunk: int) -> list[Any]:
+    """The batch's row indices in chunks of `chunk`, shortest rows first: rows of similar length share a
+    chunk, so a chunk cut to its own used columns (`_used_columns`) computes little padding. The loss is a
+    sum over rows, so the order changes nothing but the floating-point order of the sum."""
+    import torch
+
+    used = [_used_columns(mask[i : i + 1], labels[i : i + 1]) for i in range(mask.shape[0])]
+    order = sorted(range(mask.shape[0]), key=lambda i: used[i])
+    return [torch.tensor(order[s : s + chunk], device=mask.device) for s in range(0, len(order), chunk)]
+
+
+def _used_columns(mask: Any, labels: Any) -> int:
+    """One past the last column any of these rows attends to or is trained on: the columns after it are
+    padding for all of them (right padding), and a causal model's outputs before a column do not depend
+    on it, so they can be left out of the forward pass."""
+    used = (mask != 0).any(dim=0) | (labels != -100).any(dim=0)
+    cols = used.nonzero().flatten()
+    return int(cols[-1]) + 1 if len(cols) else 0
 
 
 def _ce_sum(logits: Any, target: Any) -> Any:
