@@ -436,3 +436,22 @@ def test_micro_batches_inside_a_batch_train_the_same_weights(mock_samples, tmp_p
     # weights past 1e-6, the largest 4.6e-6); a wrong gradient moves weights by up to lr (1e-4) per step
     for n, w in w0.items():
         assert torch.allclose(w1[n], w, atol=2e-5, rtol=1e-4), n
+
+
+def test_a_batch_is_chunked_shortest_rows_first_and_each_chunk_stops_at_its_longest_row():
+    """micro_batch_size: rows of similar length share a chunk and a chunk's forward pass runs only to the
+    last column one of its rows uses (attends to or is trained on), so it computes little padding."""
+    from kit.train.sft import _chunks_by_length, _used_columns
+
+    lengths = [10, 4, 7, 5]
+    mask = torch.tensor([[1] * n + [0] * (10 - n) for n in lengths])
+    labels = torch.full_like(mask, -100)
+    for i, n in enumerate(lengths):
+        labels[i, n - 2 : n] = 5  # the last two tokens of each row trained
+    chunks = [c.tolist() for c in _chunks_by_length(mask, labels, 2)]
+    assert chunks == [[1, 3], [2, 0]]  # lengths 4, 5 | 7, 10
+    assert [_used_columns(mask[c], labels[c]) for c in chunks] == [5, 10]
+    assert _used_columns(mask[[1]], labels[[1]]) == 4
+    # a label past a row's mask (never written by the collator) still keeps its column
+    labels[1, 6] = 5
+    assert _used_columns(mask[[1]], labels[[1]]) == 7
