@@ -26,6 +26,7 @@ def test_bench_grpo_writes_each_steps_times_and_the_parts_fit_in_the_step(tmp_pa
     assert main(argv) == 0
     res = json.loads(out.read_text())
     assert res["settings"]["group"] == 2 and res["settings"]["tasks"] == "split:heldout"
+    assert res["settings"]["lora"] is False  # full fine-tuning unless --lora
     assert len(res["steps"]) == 1 and set(res["steps"][0]) == FIELDS and set(res["total"]) == FIELDS
     step = res["steps"][0]
     assert step["rollout_s"] + step["score_s"] + step["update_s"] <= step["step_s"]

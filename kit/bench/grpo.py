@@ -120,7 +120,7 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
                domain: str = "mock", split: str = "heldout", tasks_file: str | None = None,
                filter_mode: str = "off", seed: int = 0, log: Callable[[str], None] | None = print,
                pack_turns: bool = True, micro_batch_size: int = 4,
-               micro_batch_tokens: int | None = None) -> GRPOBench:
+               micro_batch_tokens: int | None = None, lora: bool = False) -> GRPOBench:
     """Build the trainer, run `steps` steps, and return each step's times (see the module doc); `log`
     gets one line per step as it ends."""
     import torch
@@ -144,7 +144,7 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
     cfg = GRPOConfig(train_steps=steps, group_size=group, tasks_per_step=tasks_per_step,
                      max_new_tokens=max_new_tokens, max_messages=max_messages, filter_mode=filter_mode,
                      resample_budget=0, user_model=user, seed=seed, print_metrics=False, pack_turns=pack_turns,
-                     micro_batch_size=micro_batch_size, micro_batch_tokens=micro_batch_tokens)
+                     micro_batch_size=micro_batch_size, micro_batch_tokens=micro_batch_tokens, lora=lora)
     trainer = GRPOTrainer(policy, tokenizer, tasks, cfg, domain=dom, reward_fn=checker_reward(dom, checked))
     _ = trainer.user  # the user simulator loads here, not inside the first step's rollout time
     load_s = time.perf_counter() - t0
@@ -160,7 +160,7 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
                 "max_messages": max_messages, "filter_mode": filter_mode, "seed": seed, "domain": domain,
                 "tasks": tasks_file or f"split:{split}", "n_tasks": len(tasks), "model": model or "embedded",
                 "user_model": user_model, "pack_turns": pack_turns, "micro_batch_size": micro_batch_size,
-                "micro_batch_tokens": micro_batch_tokens}
+                "micro_batch_tokens": micro_batch_tokens, "lora": lora}
     machine = {"device": str(trainer.acc.device), "torch_threads": torch.get_num_threads(),
                "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                "python": platform.python_version(), "torch": torch.__version__}
