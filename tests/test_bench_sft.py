@@ -23,6 +23,7 @@ from kit.errors import BadInput, NotFound
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # ~28 s on 2 cores: in `make test`, not the fast lane
 def test_a_tiny_run_counts_consistent_tokens(tmp_path, capsys):
     out = tmp_path / "sft.json"
     argv = ["bench", "sft", "--steps", "2", "--batch-size", "4", "--max-seq-len", "1024", "--dialogues", "2",

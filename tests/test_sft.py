@@ -349,6 +349,7 @@ def _batch(columns, rows):
     return {"input_ids": ids, "attention_mask": att, "labels": labels}
 
 
+@pytest.mark.slow  # ~50-65 s on 2 cores: in `make test`, not the fast lane
 def test_whole_dialogue_rows_give_the_per_turn_loss_and_gradients(mock_samples, tokenizer, model_path):
     """Whole-dialogue SFT: one row per dialogue holds every agent turn of it, each trained token with the
     context (ids, positions) its per-turn row gives it; the loss over the batch (summed over trained tokens,
@@ -414,6 +415,7 @@ def test_a_turn_that_does_not_extend_its_dialogue_row_starts_a_window(mock_sampl
     assert c["rows"] == len(pairs)
 
 
+@pytest.mark.slow  # ~50-65 s on 2 cores: in `make test`, not the fast lane
 def test_micro_batches_inside_a_batch_train_the_same_weights(mock_samples, tmp_path):
     """micro_batch_size: a batch of whole dialogues runs its shared prefix once and its rows one at a time
     (their backward passes inside the loss); the Trainer's steps give the losses and weights of the whole
