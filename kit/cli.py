@@ -133,12 +133,14 @@ def _cmd_bench_verify(args: argparse.Namespace) -> int:
 CLI_RUN = Path("runs") / "cli"  # where `kit eval` / `kit synthesize` write without --out: a run folder
 
 
-def _stage_context(stage: str, config, out: str | None):
+def _stage_context(stage: str, config, out: str | None, wait: bool = False):
     """What a stage's run() gets when called from the command line: its folder is --out, else
-    runs/cli/<stage>, which `_record_cli_stage` then lists in runs/cli/manifest.json."""
+    runs/cli/<stage>, which `_record_cli_stage` then lists in runs/cli/manifest.json. The stage holds
+    the folder's lock (one writer: kit/runner/lock.py); `wait` (--wait) waits for another holder."""
     from kit.runner.stage import Stage
 
-    return Stage(stage, config.model_dump(), {"out_dir": out or str(CLI_RUN / stage), "run_id": "cli"})
+    return Stage(stage, config.model_dump(), {"out_dir": out or str(CLI_RUN / stage), "run_id": "cli",
+                                              "lock_wait": wait})
 
 
 def _record_cli_stage(st, out: str | None, own_run: bool = False) -> None:
@@ -172,7 +174,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                               user_model=args.user_model or args.model or "embedded",
                               split=None if args.split == "all" else args.split,
                               training_data=args.training_data or [])
-    st = _stage_context(evaluate.CONTRACT.name, config, args.out)
+    st = _stage_context(evaluate.CONTRACT.name, config, args.out, args.wait)
     out = evaluate.run(config, st)
     res = out.result
     st.finish(out)
@@ -203,7 +205,7 @@ def _cmd_synthesize(args: argparse.Namespace) -> int:
         importlib.import_module(module).register()
     # `kit synthesize` runs the `synthesize` stage; its flags are the stage's Config fields
     config = config_from_args(synthesize.Config, args, model=args.model or "embedded")
-    st = _stage_context(synthesize.CONTRACT.name, config, args.out)
+    st = _stage_context(synthesize.CONTRACT.name, config, args.out, args.wait)
     out = synthesize.run(config, st)
     st.finish(out)
     _record_cli_stage(st, args.out)
@@ -468,7 +470,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         run_id = f"{run_id}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         res = Runner(recipe, run_id, args.runs_dir, args.reports_dir, force=tuple(args.force or ()),
-                     keep=tuple(args.keep or ()), share_from=tuple(args.share_from or ())).run()
+                     keep=tuple(args.keep or ()), share_from=tuple(args.share_from or ()), wait=args.wait).run()
     except StageFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return USAGE_STATUS if e.user_error else 1
@@ -596,12 +598,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      "Config, kit/stages/evaluate.py)")
     add_config_arguments(ev, evaluate_stage.Config)
     ev.add_argument("--out", default=None, help="directory for trajectories.jsonl, eval.json (resumable)")
+    ev.add_argument("--wait", action="store_true", help="when another process writes into the folder, wait for it instead of stopping (kit/runner/lock.py)")
     ev.set_defaults(fn=_cmd_eval)
 
     sy = sub.add_parser(synthesize_stage.CONTRACT.name, help="the self-evolving data engine (the `synthesize` stage; flags = its "
                                            "Config, kit/stages/synthesize.py; resumable: rerun the same --out)")
     add_config_arguments(sy, synthesize_stage.Config)
     sy.add_argument("--out", required=True, help="run folder, e.g. runs/mock-engine")
+    sy.add_argument("--wait", action="store_true", help="when another process writes into the folder, wait for it instead of stopping (kit/runner/lock.py)")
     sy.add_argument("--register", action="append", help="module whose register() adds a custom domain")
     sy.set_defaults(fn=_cmd_synthesize)
 
@@ -634,6 +638,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "fingerprint: stage, parameters, notebook, kit code, upstream) instead of rerunning it; "
                          "the manifest records the folder (shared_with), so keep that run")
     rn.add_argument("--validate", action="store_true", help="validate and print the plan; run nothing")
+    rn.add_argument("--wait", action="store_true", help="when another process writes into the run folder, wait for it instead of stopping (kit/runner/lock.py)")
     rn.add_argument("--runs-dir", default="runs")
     rn.add_argument("--reports-dir", default="reports")
     rn.set_defaults(fn=_cmd_run)

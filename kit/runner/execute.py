@@ -61,6 +61,7 @@ from typing import Any, Callable, Optional, Protocol
 from kit.runner import manifest as mf
 from kit.runner.attempts import Attempts
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
+from kit.runner.lock import FolderBusy, FolderLock
 from kit.runner.recipe import PlannedStage, Recipe, load_recipe
 from kit.runner.servers import ServerFailed, Servers, name_models, name_servers
 from kit.sources import parse_source
@@ -211,8 +212,9 @@ class Runner:
                  reports_dir: str | Path = "reports", notebooks_dir: Optional[Path] = None,
                  stream: Any = None, progress: bool = False, force: tuple[str, ...] = (),
                  code_root: Optional[Path] = None, keep: tuple[str, ...] = (),
-                 share_from: tuple[str | Path, ...] = ()):
+                 share_from: tuple[str | Path, ...] = (), wait: bool = False):
         self.recipe = recipe
+        self.wait = wait  # another process holds the run folder: wait for it (else FolderBusy at once)
         self.code_root = Path(code_root).resolve() if code_root else KIT_DIR
         self.run_id = run_id or recipe.name
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", self.run_id):
@@ -371,6 +373,12 @@ class Runner:
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> RunResult:
+        """Every stage of the plan, holding the run folder's lock throughout (one writer: kit/runner/lock.py)."""
+        with FolderLock(self.run_dir, wait=self.wait, say=self.say,
+                        what_to_do="another run id: --run-id NAME, or --new"):
+            return self._run()
+
+    def _run(self) -> RunResult:
         t0 = time.perf_counter()
         for k, v in RUN_ENVIRONMENT.items():
             os.environ.setdefault(k, v)
@@ -456,6 +464,11 @@ class Runner:
             except ServerFailed as e:
                 book.fail(book.add(entry.set(status="failed", finished=mf.now(), error=str(e)[:2000])))
                 raise
+        try:  # a notebook run by hand, or a kernel a killed `kit run` left behind, still writing there
+            FolderLock(sdir, say=self.say, what_to_do=f"stop it; then rerun to resume {ps.key}").acquire().release()
+        except FolderBusy as e:
+            book.fail(book.add(entry.set(status="failed", finished=mf.now(), error=str(e)[:2000])))
+            raise
         old = mf.read_json(sdir / "stage.json")
         if old and old.get("status") == "complete":  # parameters, notebook or upstream changed
             entry.replaced = str(_set_aside(sdir, str(old.get("fingerprint") or "unknown")))
@@ -471,14 +484,17 @@ class Runner:
             executor.execute(job)
         except BaseException as e:  # ExecutionFailed, PapermillExecutionError, KeyboardInterrupt, a dead kernel
             failure = e if isinstance(e, ExecutionFailed) else ExecutionFailed.of(e, job)
-            entry.set(status="failed", finished=mf.now(), wall_s=round(time.perf_counter() - t1, 1),
+            how = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"  # Ctrl-C / SIGTERM: not the stage's fault
+            entry.set(status=how, finished=mf.now(), wall_s=round(time.perf_counter() - t1, 1),
                       error=failure.message[:2000])
-            attempts.end(entry.wall_s, "failed")
-            mf.write_json(sdir / "stage.json", {"status": "failed", "stage": ps.stage, "id": ps.id, "fingerprint": fp,
+            attempts.end(entry.wall_s, how)
+            mf.write_json(sdir / "stage.json", {"status": how, "stage": ps.stage, "id": ps.id, "fingerprint": fp,
                                                  "error": failure.message[:2000], executor.output_key: str(job.out),
                                                  **failure.record, "finished": mf.now()})
             book.fail(entry)
             if isinstance(e, KeyboardInterrupt):
+                self.say(f"[kit run] {where} {ps.key}: interrupted after {entry.wall_s:.0f}s; rerun the same command "
+                         "to resume")
                 raise
             headline = name_servers(failure.headline, ps.servers, self.recipe.servers, self.run_dir / "servers")
             raise StageFailed(ps.key, failure.log or job.out, headline, failure.user_error, failure.tail) from None
@@ -507,10 +523,8 @@ class Runner:
 @contextlib.contextmanager
 def _servers_stopped_on_exit(servers: Optional[Servers]):
     """Every server the run started is stopped however the run ends: completion, a failing stage,
-    Ctrl-C, or SIGTERM (turned into KeyboardInterrupt while the run holds servers)."""
-    if servers is None:
-        yield
-        return
+    Ctrl-C, or SIGTERM (a scheduler's stop: turned into KeyboardInterrupt while the run goes, so the stage
+    is recorded as interrupted)."""
     previous = None
     if threading.current_thread() is threading.main_thread():
         def on_term(signum, frame):
@@ -520,7 +534,8 @@ def _servers_stopped_on_exit(servers: Optional[Servers]):
     try:
         yield
     finally:
-        servers.close()
+        if servers is not None:
+            servers.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
@@ -563,8 +578,9 @@ class RunBook:
         mf.write_json(self.path, self.as_dict())
 
     def fail(self, entry: mf.StageEntry) -> None:
-        """The run stops at `entry`'s stage (its fields already say how it failed)."""
-        self.fields["status"], self.fields["failed_stage"] = "failed", entry.key
+        """The run stops at `entry`'s stage (its fields already say how: failed, or interrupted)."""
+        self.fields["status"] = "interrupted" if entry.status == "interrupted" else "failed"
+        self.fields["failed_stage"] = entry.key
         self.save()
 
     def record_model(self, spec: str) -> None:

@@ -57,7 +57,7 @@ class StageEntry(BaseModel):
     launch: Optional[dict] = None
     replaced: Optional[str] = None
     kept_from: Optional[list] = None  # `kit run --keep`: the fingerprints it completed under
-    status: Optional[Literal["running", "complete", "failed", "shared"]] = None
+    status: Optional[Literal["running", "complete", "failed", "interrupted", "shared"]] = None
     skipped: Optional[bool] = None
     shared_with: Optional[str] = None
     started: Optional[str] = None

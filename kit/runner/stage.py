@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kit import metrics
+from kit.runner.lock import FolderLock
 from kit.runner.manifest import now, write_json
 from kit.stages import config_class
 from kit.stages.base import StageOutputs
@@ -69,6 +70,10 @@ class Stage:
         self._wandb: Any = None
         self._wandb_failed = False  # tried once and W&B could not start: not again, not warned twice
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.lock: Optional[FolderLock] = None  # one writer per stage folder (kit/runner/lock.py); released by finish()
+        if self.is_main:
+            self.lock = FolderLock(self.out_dir, wait=bool(runner.get("lock_wait")),
+                                   what_to_do="another --out, or another run id").acquire()
 
     @property
     def key(self) -> str:
@@ -167,7 +172,14 @@ class Stage:
             except Exception:
                 pass
         write_json(self.out_dir / "stage.json", info)
+        self.release()
         print(f"stage {self.key}: complete -> {self.out_dir}")
+
+    def release(self) -> None:
+        """Let go of the stage folder's lock (finish() does; a process that ends lets go anyway)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 def process_rank() -> tuple[int, int]:
