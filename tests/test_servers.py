@@ -1,11 +1,13 @@
 """A recipe's servers (kit/runner/servers.py): validation of `servers:` and of 'server:<id>' in stage
 parameters (file, line and field), the plan of when each server starts and stops (a pure function), and
 `kit run` starting a real `transformers serve` of the embedded model for an evaluation, reusing one that
-already answers, and leaving no server process behind. No fake server.
+already answers, and leaving no server process behind; where a server listens and the API key a server
+beyond loopback needs, which the kit's own clients send. No fake server.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,15 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from _serving import free_port
+from _serving import free_port, serving
 
-from kit.llm.openai_backend import served_models
+from kit.llm.openai_backend import KEYS_ENV, OpenAIBackend, endpoint_key, served_models
 from kit.runner import RecipeError, load_recipe
 from kit.runner.servers import (
     ServerFailed,
     Servers,
     ServerSpec,
+    command,
     plan_servers,
+    server_key,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +49,30 @@ BAD = {
                        ":4: servers[0].engine: Input should be 'vllm' or 'transformers'"),
     "port in args": (HEAD + "  - {id: usr, engine: vllm, model: embedded, port: 18990, args: [--port, '9']}\n"
                      "stages:\n  - stage: evaluate\n",
-                     ":4: servers[0].args: '--port' is set from the server's host / port fields"),
+                     ":4: servers[0].args: '--port' is set from the server's host / port / api_key fields"),
+    "api key in args": (HEAD + "  - {id: usr, engine: vllm, model: embedded, port: 18990, args: [--api-key=k]}\n"
+                        "stages:\n  - stage: evaluate\n",
+                        ":4: servers[0].args: '--api-key=k' is set from the server's host / port / api_key fields"),
+    "every address without a key": (
+        HEAD + "  - {id: usr, engine: vllm, model: embedded, port: 18990, host: 0.0.0.0}\nstages:\n  - stage: evaluate\n",
+        ":4: servers[0].api_key: server 'usr' listens on 0.0.0.0, beyond this machine, without an API key: add "
+        "`api_key: generate` (the kit makes one and gives it to its own clients) or `api_key: env:MY_KEY`; or bind "
+        "host 127.0.0.1"),
+    "a LAN address without a key": (
+        HEAD + "  - {id: usr, engine: vllm, model: embedded, port: 18990, host: 10.1.2.3}\nstages:\n  - stage: evaluate\n",
+        ":4: servers[0].api_key: server 'usr' listens on 10.1.2.3, beyond this machine, without an API key"),
+    "a key written into the recipe": (
+        HEAD + "  - {id: usr, engine: vllm, model: embedded, port: 18990, api_key: sk-123}\nstages:\n  - stage: evaluate\n",
+        ":4: servers[0].api_key: api_key must be 'generate' or 'env:VARNAME'"),
+    "transformers serve beyond loopback": (
+        HEAD + "  - {id: usr, engine: transformers, model: embedded, port: 18990, host: 0.0.0.0, api_key: generate}\n"
+        "stages:\n  - stage: evaluate\n",
+        ":4: servers[0].host: server 'usr' listens on 0.0.0.0, beyond this machine, but `transformers serve` has no "
+        "API key option: anyone who reaches the port could use it. Bind host 127.0.0.1, or serve it with engine vllm"),
+    "a key transformers serve cannot check": (
+        HEAD + "  - {id: usr, engine: transformers, model: embedded, port: 18990, api_key: generate}\n"
+        "stages:\n  - stage: evaluate\n",
+        ":4: servers[0].api_key: server 'usr': `transformers serve` has no API key option"),
     "missing port": (HEAD + "  - {id: usr, engine: vllm, model: embedded}\nstages:\n  - stage: evaluate\n",
                      ":4: servers[0].port: required field missing"),
     "unknown server": (HEAD + USER + "stages:\n  - stage: evaluate\n"
@@ -173,7 +200,8 @@ def test_the_plan_starts_each_server_when_its_model_exists_and_stops_it_after_it
     assert [(p.id, p.source, p.users) for p in again] == [(p.id, p.source, p.users) for p in r.servers]
     lines = tuned.describe()
     assert "vllm" in lines[0] and "http://127.0.0.1:18991/v1" in lines[0] and "gpus 2,3" in lines[0]
-    assert "starts after sft_user completes" in lines[1] and "used by grpo" in lines[1]
+    assert "listens on 127.0.0.1:18991, key: none" in lines[1]
+    assert "starts after sft_user completes" in lines[2] and "used by grpo" in lines[2]
 
 
 def test_validate_prints_the_server_plan(tmp_path):
@@ -184,6 +212,137 @@ def test_validate_prints_the_server_plan(tmp_path):
     assert "servers (started and stopped by `kit run`" in out.stdout
     assert "starts before synthesize; used by synthesize, ev1, ev2; stops after ev2" in out.stdout
     assert "grpo        model<-sft_agent" in out.stdout and "user_model<-server:tuned" in out.stdout
+
+
+def test_validate_refuses_a_server_open_beyond_loopback_without_a_key_and_shows_where_each_listens(tmp_path):
+    """`kit run --validate` (the same load as `kit run`): 0.0.0.0 without a key is refused with the fix and
+    status 2; with a key it passes and shows the address and where the key comes from."""
+    body = HEAD + "  - {id: usr, engine: vllm, model: embedded, port: 18990, host: 0.0.0.0%s}\n" + USER.replace(
+        "usr", "loc").replace("18990", "18991") + "stages:\n  - stage: evaluate\n    params: {user_model: 'server:usr'}\n"
+
+    def validate(text: str, name: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != "KIT_TEST_SERVER_KEY"}
+        return subprocess.run([sys.executable, "-m", "kit.cli", "run", str(write(tmp_path, text, name)), "--validate"],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+
+    out = validate(body % "", "open.yaml")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert (f"error: {tmp_path / 'open.yaml'}:4: servers[0].api_key: server 'usr' listens on 0.0.0.0, beyond this "
+            "machine, without an API key: add `api_key: generate` (the kit makes one and gives it to its own "
+            "clients) or `api_key: env:MY_KEY`; or bind host 127.0.0.1") in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    out = validate(body % ", api_key: generate", "generated.yaml")
+    assert out.returncode == 0, out.stderr
+    assert "listens on 0.0.0.0:18990, key: generated" in out.stdout, out.stdout
+    assert "listens on 127.0.0.1:18991, key: none" in out.stdout, out.stdout
+    out = validate(body % ", api_key: 'env:KIT_TEST_SERVER_KEY'", "env.yaml")
+    assert out.returncode == 0, out.stderr
+    assert "listens on 0.0.0.0:18990, key: from $KIT_TEST_SERVER_KEY (not set in this shell)" in out.stdout, out.stdout
+
+
+def test_only_loopback_addresses_count_as_this_machine_alone():
+    def spec(host: str) -> ServerSpec:
+        return ServerSpec(id="s", engine="vllm", model="embedded", port=18990, host=host)
+
+    assert all(spec(h).loopback for h in ("127.0.0.1", "127.0.0.2", "::1", "localhost"))
+    assert not any(spec(h).loopback for h in ("0.0.0.0", "::", "", "10.1.2.3", "gpu-node-7"))
+    assert spec("0.0.0.0").url == "http://127.0.0.1:18990/v1"  # the kit's clients still come in on loopback
+
+
+def test_a_generated_key_is_private_and_kept_for_reruns_and_an_env_key_is_read_at_run_time(tmp_path, monkeypatch):
+    spec = ServerSpec(id="pol", engine="vllm", model="embedded", port=18990, host="0.0.0.0", api_key="generate")
+    run = tmp_path / "runs" / "r1" / "servers"
+    key = server_key(spec, run)
+    assert len(key) >= 40 and (run / "pol.key").read_text().strip() == key
+    assert (run / "pol.key").stat().st_mode & 0o777 == 0o600
+    assert server_key(spec, run) == key  # a rerun of r1: a server it left running keeps answering
+    assert server_key(spec, tmp_path / "runs" / "r2" / "servers") != key  # another run, another key
+    (run / "pol.key").write_text("")  # a run killed while writing it: never a server without a key
+    assert len(server_key(spec, run)) >= 40 and (run / "pol.key").stat().st_mode & 0o777 == 0o600
+
+    from_env = spec.model_copy(update={"api_key": "env:KIT_TEST_SERVER_KEY"})
+    monkeypatch.delenv("KIT_TEST_SERVER_KEY", raising=False)
+    with pytest.raises(ServerFailed, match=r"server 'pol' takes its API key from \$KIT_TEST_SERVER_KEY .* not set"):
+        Servers(plan_servers([from_env], [_Stage("ev", {"model": "pol"})]), tmp_path / "r3", print, folder=None)
+    monkeypatch.setenv("KIT_TEST_SERVER_KEY", "k-from-env")
+    assert server_key(from_env, tmp_path) == "k-from-env"
+
+    # vLLM reads it from VLLM_API_KEY: not on the command line (`ps`, the manifest and the log show that).
+    # The vllm path is only named here, never run: no GPU.
+    exe = tmp_path / "bin" / "vllm"
+    exe.parent.mkdir()
+    exe.write_text("")
+    exe.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(exe.parent))
+    cmd, env = command(spec, "/m", key)
+    assert env["VLLM_API_KEY"] == key and key not in " ".join(cmd) and cmd[-4:] == ["--host", "0.0.0.0", "--port", "18990"]
+    assert command(spec.model_copy(update={"host": "127.0.0.1", "api_key": None}), "/m")[1]["VLLM_API_KEY"] == ""
+
+
+def test_the_kits_clients_send_the_key_of_a_server_the_runner_holds(tmp_path, monkeypatch):
+    """The runner takes a server with a key (here: one already answering on its port, reused) and gives its
+    key to the kit's clients through $KIT_ENDPOINT_KEYS, which processes it starts inherit (papermill's
+    kernels too: jupyter_client starts them with os.environ). `transformers serve` checks no key and vLLM
+    needs a GPU, so the server is a real `transformers serve` and the test reads the Authorization header of
+    each request the kit's clients sent it, recorded at the HTTP library's transport (httpx; the openai SDK's
+    httpx2), which is the libraries' code, not ours: the request passes on to the server unchanged."""
+    import importlib
+    import importlib.util
+
+    model = _embedded()
+    monkeypatch.setenv(KEYS_ENV, "{}")  # restored after the test
+    sent: list[tuple[str, str]] = []
+
+    def recorded(original, is_async: bool):
+        def send(self, request):
+            sent.append((request.url.path, request.headers.get("authorization", "")))
+            return original(self, request)
+
+        async def asend(self, request):
+            sent.append((request.url.path, request.headers.get("authorization", "")))
+            return await original(self, request)
+
+        return asend if is_async else send
+
+    libraries = [importlib.import_module(m) for m in ("httpx", "httpx2") if importlib.util.find_spec(m)]
+    for lib in libraries:
+        monkeypatch.setattr(lib.HTTPTransport, "handle_request", recorded(lib.HTTPTransport.handle_request, False))
+        monkeypatch.setattr(lib.AsyncHTTPTransport, "handle_async_request",
+                            recorded(lib.AsyncHTTPTransport.handle_async_request, True))
+    with serving(model, tmp_path / "serve.log") as url:
+        sent.clear()  # the fixture's own health checks
+        spec = ServerSpec(id="pol", engine="vllm", model=model, port=int(url.rsplit(":", 1)[1].split("/")[0]),
+                          host="0.0.0.0", api_key="generate")
+        stage = _Stage("ev", {"model": "pol"})
+        servers = Servers(plan_servers([spec], [stage]), tmp_path / "run", print, folder=None)
+        key = servers.keys["pol"]
+        try:
+            servers.ready(stage)
+            assert servers.running["pol"].proc is None  # reused
+            assert endpoint_key(url) == key
+            got = OpenAIBackend(url).generate_batch([[{"role": "user", "content": "hi"}]], params={"max_new_tokens": 2})
+            assert got[0][0].raw
+            assert served_models(url) == [model]
+            child = subprocess.run([sys.executable, "-c", "from kit.llm.openai_backend import OpenAIBackend as B; "
+                                    f"print(B({url!r}).api_key)"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+            assert child.stdout.strip() == key, child.stderr
+        finally:
+            servers.close()
+        assert endpoint_key(url) is None  # taken back once the run no longer holds the server
+    paths = {p for p, _ in sent}
+    assert {"/v1/models", "/v1/chat/completions"} <= paths, sent
+    assert all(auth == f"Bearer {key}" for _, auth in sent), sent
+
+
+def test_tau2s_agent_and_user_get_the_key_kit_run_gave_for_their_server(monkeypatch):
+    """tau2's own agent and user simulator call the server through litellm, with the api_key we give them."""
+    from kit.eval.tau2_native import litellm_model
+
+    url = "http://127.0.0.1:18990/v1"
+    monkeypatch.setenv(KEYS_ENV, json.dumps({url: "k-123"}))
+    assert litellm_model(f"openai:{url}#m", check=False) == ("openai/m", {"api_base": url, "api_key": "k-123"})
+    assert litellm_model("openai:http://127.0.0.1:18991/v1#m", check=False)[1]["api_key"] == "dummy"  # no key given
 
 
 def test_the_gpu_recipes_declare_their_servers(gpu_env):

@@ -47,14 +47,16 @@ from typing import Optional
 from kit._tau2 import TAU2_VERSION, registry
 from kit.eval.passk import pass_k_table
 from kit.llm import EndpointError, ModelSpec
-from kit.llm.openai_backend import served_models
+from kit.llm.openai_backend import bearer, endpoint_key, served_models
 from kit.metrics import INFRA_FAILURES
 
 SIM_FILE = "tau2_simulations.jsonl"
 
 
 def litellm_model(spec: str, check: bool = True) -> tuple[str, dict]:
-    """'openai:URL#MODEL' -> ('openai/MODEL', {api_base, api_key}); checks the endpoint answers."""
+    """'openai:URL#MODEL' -> ('openai/MODEL', {api_base, api_key}); checks the endpoint answers. The key is
+    the one `kit run` gave for URL (kit.llm.openai_backend.endpoint_key), else a placeholder (litellm
+    wants one; a loopback server checks none)."""
     import httpx
 
     parsed = ModelSpec.parse(spec)
@@ -62,10 +64,11 @@ def litellm_model(spec: str, check: bool = True) -> tuple[str, dict]:
         raise ValueError(f"the tau2 protocol talks to OpenAI-compatible endpoints through litellm: "
                          f"use 'openai:http://host:port/v1#model', got {spec!r}")
     url, model = parsed.url.rstrip("/"), parsed.model
+    key = endpoint_key(url)
     if model and not check:
-        return f"openai/{model}", {"api_base": url, "api_key": "dummy"}
+        return f"openai/{model}", {"api_base": url, "api_key": key or "dummy"}
     try:
-        r = httpx.get(f"{url}/models", timeout=10)
+        r = httpx.get(f"{url}/models", timeout=10, headers=bearer(key))
     except httpx.TransportError as e:
         raise EndpointError(f"endpoint {url} unreachable ({type(e).__name__}): is the server running?") from None
     if not model:  # no '#MODEL': the first model the server lists
@@ -73,7 +76,7 @@ def litellm_model(spec: str, check: bool = True) -> tuple[str, dict]:
             model = r.json()["data"][0]["id"]
         except Exception:
             raise EndpointError(f"endpoint {url}: no '#MODEL' in the spec and GET /models lists none") from None
-    return f"openai/{model}", {"api_base": url, "api_key": "dummy"}
+    return f"openai/{model}", {"api_base": url, "api_key": key or "dummy"}
 
 
 def _model_call_failed(e: BaseException) -> bool:

@@ -20,12 +20,19 @@ tool_mode: "native" sends `tools` and reads `tool_calls` (vLLM/SGLang with a too
 "prompt" renders tools into the system prompt and parses `<tool_call>` blocks from the text
 (for servers whose template ignores tools, like SmolLM2 under `transformers serve`). In native
 mode the text is still parsed, for servers that return tool calls unparsed in `content`.
+
+API keys: `api_key` is sent as a Bearer token. Without one, the backend takes the key `kit run` gave for
+its URL (`endpoint_key`): the runner puts the key of each recipe server that has one in
+$KIT_ENDPOINT_KEYS (a JSON object, base URL -> key), which the stage processes it starts inherit, so a
+key never travels in a stage's parameters (they are written to manifest.json and the notebooks).
+`served_models` and tau2's litellm calls (kit/eval/tau2_native.py) send the same key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 from kit.errors import Unavailable
@@ -75,7 +82,8 @@ class OpenAIBackend(Backend):
     Args:
         base_url: e.g. "http://127.0.0.1:8000/v1".
         model: the served model's name; None asks the server (`GET /models`) for its first model.
-        api_key: sent as a Bearer token; local servers need none.
+        api_key: sent as a Bearer token; default: the key `kit run` gave for `base_url` (`endpoint_key`),
+            else none (a loopback server needs none).
         tool_mode: "native" or "prompt" (see the module docstring).
         max_concurrency: most requests in flight from this backend (per event loop).
         timeout: seconds per request.
@@ -101,7 +109,7 @@ class OpenAIBackend(Backend):
             raise ValueError(f"OpenAIBackend tool_mode must be 'native' or 'prompt', got {tool_mode!r}")
         self.base_url = base_url.rstrip("/")
         self.model = model or None
-        self.api_key = api_key
+        self.api_key = api_key or endpoint_key(self.base_url)
         self.tool_mode = tool_mode
         self.max_concurrency = max_concurrency
         self.timeout = timeout
@@ -373,12 +381,48 @@ def _json_str(arguments: Any) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
 
 
-def served_models(url: str, timeout: float = 2.0) -> list[str] | None:
-    """The names (and vLLM's `root` folders) GET URL/models lists; None when nothing answers 200."""
+KEYS_ENV = "KIT_ENDPOINT_KEYS"  # JSON object: a server's base URL (with /v1) -> its API key
+
+
+def _keys() -> dict[str, str]:
+    try:
+        keys = json.loads(os.environ.get(KEYS_ENV) or "{}")
+    except ValueError:
+        return {}
+    return keys if isinstance(keys, dict) else {}
+
+
+def endpoint_key(url: str) -> str | None:
+    """The API key `kit run` gave for the server at `url` (its base URL, with /v1); None when it gave none."""
+    return _keys().get(url.rstrip("/")) or None
+
+
+def share_endpoint_key(url: str, key: str | None) -> None:
+    """Give this process's clients, and the processes it starts from now on, the key of the server at
+    `url` (kit/runner/servers.py, when it starts or reuses one); None takes it back (when it stops)."""
+    keys = _keys()
+    if key:
+        keys[url.rstrip("/")] = key
+    else:
+        keys.pop(url.rstrip("/"), None)
+    if keys:
+        os.environ[KEYS_ENV] = json.dumps(keys)
+    else:
+        os.environ.pop(KEYS_ENV, None)
+
+
+def bearer(key: str | None) -> dict[str, str]:
+    """The Authorization header of a key; {} for none."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def served_models(url: str, timeout: float = 2.0, api_key: str | None = None) -> list[str] | None:
+    """The names (and vLLM's `root` folders) GET URL/models lists; None when nothing answers 200 (a
+    server with a key answers 401 without it). `api_key`: default `endpoint_key(url)`."""
     import httpx
 
     try:
-        r = httpx.get(f"{url}/models", timeout=timeout)
+        r = httpx.get(f"{url}/models", timeout=timeout, headers=bearer(api_key or endpoint_key(url)))
     except httpx.HTTPError:
         return None
     if r.status_code != 200:

@@ -45,7 +45,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kit.errors import BadInput
 from kit.llm.spec import ModelSpec
 from kit.runner.memory import Hardware
-from kit.runner.servers import URL_PARAMS, ServerPlan, ServerSpec, plan_problems, plan_servers, resolve, server_id
+from kit.runner.servers import (
+    URL_PARAMS,
+    ServerPlan,
+    ServerSpec,
+    exposure_problems,
+    plan_problems,
+    plan_servers,
+    resolve,
+    server_id,
+)
 from kit.runner.stages import RUNNER_FIELDS, STAGES, all_param_names
 from kit.sources import StageRef, parse_source
 from kit.stages import contract, contracts, summarizes_run
@@ -559,7 +568,8 @@ def _use_servers(ps: PlannedStage, spec: RecipeSpec, origin: dict, errors: _Erro
 
 
 def _check_servers(spec: RecipeSpec, plan: list[PlannedStage], errors: _Errors, check_paths: bool) -> list[ServerPlan]:
-    """Distinct ids and ports; a model that is a folder here or a model stage of the plan; the plan."""
+    """Distinct ids and ports; a model that is a folder here or a model stage of the plan; the plan; a key
+    for a server listening beyond loopback."""
     seen: dict[str, int] = {}
     ports: dict[int, str] = {}  # every server runs on this machine: one port each
     for i, s in enumerate(spec.servers):
@@ -584,7 +594,7 @@ def _check_servers(spec: RecipeSpec, plan: list[PlannedStage], errors: _Errors, 
             errors.add(("servers", i, "model"), f"model folder '{s.model}' does not exist (give an HF folder, "
                        "'embedded' or '@<stage id>')")
     plans = plan_servers(spec.servers, plan)
-    for i, field_, message in plan_problems(plans, plan):
+    for i, field_, message in plan_problems(plans, plan) + exposure_problems(spec.servers):
         errors.add(("servers", i, field_), message)
     _check_weight_sync(spec, plan, errors)
     return plans

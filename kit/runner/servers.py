@@ -39,6 +39,18 @@ the runner names the server's model to the stages that use it (`name_models`: 'o
 GRPO's rollout_server_model), and the recipe loader refuses a GRPO rollout server that could not take
 its weights (a pinned transformers server, or LoRA adapters to one).
 
+Where it listens: `host` is 127.0.0.1 unless the recipe says otherwise, and a server listening on any
+other address (0.0.0.0, a LAN address) must have an API key, or anyone who reaches the port could use
+it (`exposure_problems`; the recipe loader reports it with the fix). `api_key: generate`: the runner makes
+one (secrets.token_urlsafe) and keeps it in runs/<run id>/servers/<id>.key (mode 0600; a rerun of the
+run takes the same one, so a server it left running keeps answering); `api_key: env:VAR`: the key is
+$VAR at run time. vLLM gets it as VLLM_API_KEY (not `--api-key`: a command line is visible to `ps` and
+recorded in the manifest); the kit's own clients get it from $KIT_ENDPOINT_KEYS (base URL -> key), which
+the runner sets while the server runs and the stage processes inherit (kit/llm/openai_backend.py:
+OpenAIBackend, `served_models`, tau2's litellm calls, GRPO's adapter pushes), never in a stage's
+parameters. `transformers serve` has no API key option (transformers 5.24), so a transformers server
+must listen on loopback. `kit run --validate` shows each server's address and where its key comes from.
+
 A stage parameter names a server as 'server:<id>' where it takes a model spec (its contract's model
 references: model, user_model, agent_model) and in GRPO's `rollout_server`; the recipe loader replaces it
 by the server's URL (kit/runner/recipe.py) and records which server it was (PlannedStage.servers).
@@ -46,8 +58,10 @@ by the server's URL (kit/runner/recipe.py) and records which server it was (Plan
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -60,7 +74,7 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kit.errors import Unavailable
-from kit.llm.openai_backend import served_models
+from kit.llm.openai_backend import served_models, share_endpoint_key
 from kit.sources import StageRef, parse_source
 
 PREFIX = "server:"
@@ -68,7 +82,9 @@ URL_PARAMS = frozenset({"rollout_server"})  # parameters that take the bare URL,
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]*$")
-_OWN_FLAGS = ("--host", "--port")  # from the server's fields, not from `args`
+_OWN_FLAGS = ("--host", "--port", "--api-key")  # from the server's fields, not from `args`
+_KEY = re.compile(r"^(generate|env:[A-Za-z_][A-Za-z0-9_]*)$")
+LOOPBACK_HOSTS = ("localhost",)  # and every address ipaddress calls loopback: 127.0.0.0/8, ::1
 
 
 class ServerSpec(BaseModel):
@@ -81,7 +97,12 @@ class ServerSpec(BaseModel):
                        "folder; '@<id>/<folder>' another of its model folders).")
     engine: Literal["vllm", "transformers"] = Field(description="`vllm serve` (GPU) or `transformers serve`.")
     port: int = Field(ge=1, le=65535)
-    host: str = Field(default="127.0.0.1", description="The address it listens on.")
+    host: str = Field(default="127.0.0.1", description="The address it listens on; any but loopback "
+                      "(127.0.0.0/8, ::1, localhost) needs an api_key.")
+    api_key: Optional[str] = Field(default=None, description="The key its clients must send (Bearer): 'generate' "
+                                   "(the runner makes one per run, in runs/<run id>/servers/<id>.key, and gives it to "
+                                   "the kit's own clients) or 'env:VARNAME' (read from the environment at run time). "
+                                   "Required when host is not loopback; engine vllm only.")
     gpus: Optional[list[int]] = Field(default=None, description="Its CUDA_VISIBLE_DEVICES (default: inherited).")
     args: list[str] = Field(default_factory=list, description="More command-line arguments, as given.")
     start_timeout_s: float = Field(default=1200, gt=0, description="How long it may take to answer GET /v1/models.")
@@ -97,12 +118,20 @@ class ServerSpec(BaseModel):
             raise ValueError(f"server id '{v}' must start with a letter and hold only letters, digits, _ and -")
         return v
 
+    @field_validator("api_key")
+    @classmethod
+    def _key_source(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not _KEY.match(v):
+            raise ValueError("api_key must be 'generate' or 'env:VARNAME' (a key written into the recipe would be "
+                             "in its file, its run's manifest and version control)")
+        return v
+
     @field_validator("args")
     @classmethod
     def _not_ours(cls, v: list[str]) -> list[str]:
         for a in v:
             if a.split("=", 1)[0] in _OWN_FLAGS:
-                raise ValueError(f"'{a}' is set from the server's host / port fields, not through args")
+                raise ValueError(f"'{a}' is set from the server's host / port / api_key fields, not through args")
         return [str(a) for a in v]
 
     @model_validator(mode="after")
@@ -111,6 +140,26 @@ class ServerSpec(BaseModel):
             raise ValueError("pinned: false is for engine transformers; `vllm serve` serves the model it was started "
                              "with (GRPO gives it new weights as LoRA adapters: weight_sync lora_adapter)")
         return self
+
+    @property
+    def loopback(self) -> bool:
+        """It listens on this machine's loopback alone: nothing beyond the machine reaches it."""
+        if self.host in LOOPBACK_HOSTS:
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a host name: it may resolve to any address
+            return False
+
+    @property
+    def key_var(self) -> Optional[str]:
+        """The environment variable its key is read from ('env:VAR'), if any."""
+        return self.api_key[4:] if self.api_key and self.api_key.startswith("env:") else None
+
+    @property
+    def key_source(self) -> str:
+        """Where its key comes from, in words: none / generated / from $VAR."""
+        return "generated" if self.api_key == "generate" else f"from ${self.key_var}" if self.key_var else "none"
 
     @property
     def url(self) -> str:
@@ -123,6 +172,24 @@ class ServerSpec(BaseModel):
         """The stage whose model folder it serves, if its model is a reference."""
         src = parse_source(self.model)
         return src if isinstance(src, StageRef) else None
+
+
+def exposure_problems(servers: list[ServerSpec]) -> list[tuple[int, str, str]]:
+    """Servers reachable beyond this machine without a key: (index in `servers`, field, message with the fix)."""
+    problems = []
+    for i, s in enumerate(servers):
+        if s.engine == "transformers" and not s.loopback:
+            problems.append((i, "host", f"server '{s.id}' listens on {s.host}, beyond this machine, but `transformers "
+                                        "serve` has no API key option: anyone who reaches the port could use it. Bind "
+                                        "host 127.0.0.1, or serve it with engine vllm and an api_key"))
+        elif s.engine == "transformers" and s.api_key is not None:
+            problems.append((i, "api_key", f"server '{s.id}': `transformers serve` has no API key option, so it cannot "
+                                           "check one: drop api_key (a loopback server needs none) or use engine vllm"))
+        elif not s.loopback and s.api_key is None:
+            problems.append((i, "api_key", f"server '{s.id}' listens on {s.host}, beyond this machine, without an API "
+                                           "key: add `api_key: generate` (the kit makes one and gives it to its own "
+                                           "clients) or `api_key: env:MY_KEY`; or bind host 127.0.0.1"))
+    return problems
 
 
 def server_id(value: Any) -> Optional[str]:
@@ -190,6 +257,8 @@ class ServerPlan:
         s = self.spec
         gpus = f"  gpus {','.join(map(str, s.gpus))}" if s.gpus is not None else ""
         return [f"{s.id:<28} {s.engine:<12} {s.url}  model {s.model}{gpus}",
+                f"{'':<28} listens on {s.host}:{s.port}, key: {s.key_source}"
+                + (" (not set in this shell)" if s.key_var and not os.environ.get(s.key_var) else ""),
                 f"{'':<28} starts {self.start}; used by {', '.join(self.users) or 'none'}; stops {self.stop}"]
 
 
@@ -245,8 +314,38 @@ class ServerFailed(Unavailable):
     """A server did not come up (or its port is held by another model)."""
 
 
-def command(spec: ServerSpec, model: str) -> tuple[list[str], dict[str, str]]:
-    """The server's command line and the environment it adds to the runner's (models are never downloaded)."""
+def server_key(spec: ServerSpec, key_dir: Path) -> Optional[str]:
+    """Its API key for this run: None without one; 'generate': the one in key_dir/<id>.key, made (mode 0600)
+    when there is none yet; 'env:VAR': $VAR (ServerFailed naming VAR when it is not set)."""
+    if spec.api_key is None:
+        return None
+    if spec.key_var is not None:
+        key = os.environ.get(spec.key_var)
+        if not key:
+            raise ServerFailed(f"server '{spec.id}' takes its API key from ${spec.key_var} (api_key: {spec.api_key}), "
+                               "which is not set", f"export {spec.key_var}=<key> and run the same command again, or "
+                               "set the server's api_key: generate")
+        return key
+    path = key_dir / f"{spec.id}.key"
+    if path.exists():  # a rerun of this run: a server it left running still wants this one
+        key = path.read_text(encoding="utf-8").strip()
+        if key:
+            return key
+        path.unlink()  # an empty file (a run killed while writing it) would start the server without a key
+    key_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(32)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+        f.write(key + "\n")
+    return key
+
+
+def command(spec: ServerSpec, model: str, key: Optional[str] = None) -> tuple[list[str], dict[str, str]]:
+    """The server's command line and the environment it adds to the runner's (models are never downloaded).
+    `key`: its API key (vLLM's VLLM_API_KEY, set empty without one so that one in the runner's environment
+    does not lock out the kit's own clients)."""
+    if key and spec.engine != "vllm":
+        raise ServerFailed(f"server '{spec.id}': `{spec.engine} serve` takes no API key", "bind it to 127.0.0.1 "
+                           "without api_key, or use engine vllm")
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     if spec.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, spec.gpus))
@@ -257,6 +356,7 @@ def command(spec: ServerSpec, model: str) -> tuple[list[str], dict[str, str]]:
             raise ServerFailed(f"server '{spec.id}': no vllm command (neither .venv-vllm/bin/vllm nor vllm on PATH)",
                                "make vllm-env installs vLLM in its own venv (.venv-vllm)")
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # GRPO loads its adapters into the policy's server
+        env["VLLM_API_KEY"] = key or ""  # vllm/entrypoints/serve/middleware/register.py: '' is no key
         cmd = [exe, "serve", model]
     else:
         exe = Path(sys.executable).with_name("transformers")
@@ -298,7 +398,9 @@ class Servers:
     """The run's servers: `after(key, executed)` once a stage is done (launches the servers it is the source
     of, stops those it was the last user of), `ready(ps)` before a stage executes (its servers up and
     answering), `close()` on any exit (stops every server this run started). `folder(key, output)` is
-    the model folder a stage key wrote; `record(id, fields)` what the manifest keeps of each server."""
+    the model folder a stage key wrote; `record(id, fields)` what the manifest keeps of each server.
+    Each server's API key is settled when the run starts (`server_key`: a missing $VAR fails it before any
+    stage runs) and shared with the kit's clients while the server is running (`share_endpoint_key`)."""
 
     def __init__(self, plans: list[ServerPlan], run_dir: Path, say: Callable[[str], None],
                  folder: Callable[[str, Optional[str]], Path], record: Callable[[str, dict], None] = lambda i, f: None,
@@ -307,6 +409,7 @@ class Servers:
         self.log_dir = run_dir / "servers"
         self.say, self.folder, self.record, self.poll_s = say, folder, record, poll_s
         self.running: dict[str, _Running] = {}
+        self.keys = {sid: server_key(sp.spec, self.log_dir) for sid, sp in self.plans.items()}
 
     def model(self, sid: str) -> str:
         """The model folder server `sid` stands for (a stage's: once that stage has run)."""
@@ -326,24 +429,27 @@ class Servers:
         """Start it (not waiting), or take the one already answering on its port with the same model."""
         if sp.id in self.running:
             return self.running[sp.id]
-        spec, model = sp.spec, self._model(sp)
+        spec, model, key = sp.spec, self._model(sp), self.keys[sp.id]
         log = self.log_dir / f"{spec.id}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        served = served_models(spec.url)
+        served = served_models(spec.url, api_key=key)
         if served is not None:
             if model in served or spec.model in served or not spec.pinned:  # unpinned: it loads any folder
                 self.say(f"[kit run] server {spec.id}: {spec.url} already serves {model}; reused (left running)")
                 with log.open("a", encoding="utf-8") as f:
                     f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} reused the server already at {spec.url}\n")
-                self.record(spec.id, {"url": spec.url, "model": model, "log": str(log), "reused": True})
+                self.record(spec.id, {"url": spec.url, "model": model, "log": str(log), "reused": True,
+                                      "listens": f"{spec.host}:{spec.port}", "key": spec.key_source})
+                share_endpoint_key(spec.url, key)
                 run = self.running[sp.id] = _Running(sp, model, log, None, True)
                 return run
             raise ServerFailed(f"server '{spec.id}': {spec.url} already serves {', '.join(served)}, not {model}",
                                f"stop that server or give server '{spec.id}' another port")
         if _port_open(spec.url.split("//")[1].split(":")[0], spec.port):
             raise ServerFailed(f"server '{spec.id}': port {spec.port} is taken by something that does not answer "
-                               f"GET {spec.url}/models", f"free the port or give server '{spec.id}' another port")
-        cmd, env = command(spec, model)
+                               f"GET {spec.url}/models" + (" with this run's API key" if key else ""),
+                               f"free the port or give server '{spec.id}' another port")
+        cmd, env = command(spec, model, key)
         with log.open("a", encoding="utf-8") as f:
             f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")
             f.flush()
@@ -352,7 +458,9 @@ class Servers:
         self.say(f"[kit run] server {spec.id}: starting {spec.engine} for {model} at {spec.url} (pid {proc.pid}, "
                  f"log {log})")
         self.record(spec.id, {"url": spec.url, "model": model, "engine": spec.engine, "command": cmd,
+                              "listens": f"{spec.host}:{spec.port}", "key": spec.key_source,
                               "log": str(log), "pid": proc.pid, "started": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        share_endpoint_key(spec.url, key)
         run = self.running[sp.id] = _Running(sp, model, log, proc)
         return run
 
@@ -362,10 +470,11 @@ class Servers:
             if run.proc is not None and run.proc.poll() is not None:
                 code = run.proc.returncode
                 del self.running[spec.id]
+                share_endpoint_key(spec.url, None)
                 raise ServerFailed(f"server '{spec.id}' ({spec.engine}, {run.model}) exited with status {code} "
                                    f"before answering; the end of {run.log}:\n{tail(run.log)}",
                                    "fix the cause in its log and run the same command again: it resumes")
-            if served_models(spec.url) is not None:
+            if served_models(spec.url, api_key=self.keys[spec.id]) is not None:
                 run.ready = True
                 self.say(f"[kit run] server {spec.id}: ready at {spec.url} after {time.monotonic() - t0:.0f}s")
                 return
@@ -396,6 +505,7 @@ class Servers:
 
     def _stop(self, run: _Running) -> None:
         self.running.pop(run.plan.id, None)
+        share_endpoint_key(run.plan.spec.url, None)
         if run.proc is None:
             return  # reused: not ours to stop
         if run.proc.poll() is None:

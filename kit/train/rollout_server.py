@@ -65,11 +65,11 @@ class ServerPolicy:
     def _post(self, path: str, body: dict) -> str:
         import httpx
 
-        from kit.llm.openai_backend import EndpointError
+        from kit.llm.openai_backend import EndpointError, bearer
 
         url = f"{self.url}{path}"
-        try:
-            r = httpx.post(url, json=body, timeout=600)
+        try:  # vLLM guards /v1/load_lora_adapter with the server's API key, when it has one
+            r = httpx.post(url, json=body, timeout=600, headers=bearer(self.backend.api_key))
         except httpx.HTTPError as exc:
             raise EndpointError(f"rollout server {url}: {type(exc).__name__}: {exc}", url=self.url,
                                 unreachable=isinstance(exc, httpx.TransportError)) from None
