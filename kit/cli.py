@@ -485,6 +485,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from kit.runner.chaos import chaos
+
+    res = chaos(args.recipe, kills=args.kills, seed=args.seed, runs_dir=args.runs_dir, reports_dir=args.reports_dir,
+                sets=tuple(args.set or ()), name=args.name)
+    print(res.table())
+    return 0 if res.identical else 1
+
+
 ABLATIONS = ("no_validation", "no_evolution", "user_model", "batch_size", "dynamic_filtering")  # the paper's order
 
 
@@ -642,6 +651,17 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--runs-dir", default="runs")
     rn.add_argument("--reports-dir", default="reports")
     rn.set_defaults(fn=_cmd_run)
+
+    ch = sub.add_parser("chaos", help="kill `kit run RECIPE` with SIGKILL at seeded random moments, rerun after each, "
+                                      "and compare every artifact with an uninterrupted run (kit/runner/chaos.py)")
+    ch.add_argument("recipe")
+    ch.add_argument("--kills", type=int, default=20, help="how many kill points (default 20)")
+    ch.add_argument("--seed", type=int, default=0, help="draws the kill points (recorded)")
+    ch.add_argument("--set", action="append", metavar="KEY=VALUE", help="as for kit run")
+    ch.add_argument("--name", default=None, help="the chaos folder under --runs-dir (default <recipe name>-chaos)")
+    ch.add_argument("--runs-dir", default="runs")
+    ch.add_argument("--reports-dir", default="reports")
+    ch.set_defaults(fn=_cmd_chaos)
 
     ab = sub.add_parser("ablations", help="run the ablation recipes (each resumable), then one page: each arm's "
                         "pass^1, its paired difference to the reference arm, the paper's direction")

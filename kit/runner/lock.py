@@ -12,8 +12,9 @@ and what to do; `--wait` waits for it instead.
 
 How: `fcntl.flock` on <folder>/.kit.lock, held for as long as the process lives (the kernel drops it when
 the process dies, however it dies). The file's content says who holds it: {pid, host, since, command};
-a clean release empties it. So a process that finds the lock free but the file not empty knows the last
-holder died without releasing (a kill -9, a lost node) and says that it takes the lock over. A folder
+a clean release (or the process's normal exit) removes it. So a process that finds a lock file naming a
+holder and takes the lock knows that holder died without letting go (a kill -9, a lost node) and says it
+takes the lock over. A folder
 the same process locks again (`kit eval --out DIR` and the stage it runs) is held once and counted.
 
 flock is advisory and local to a host: a folder on a network file system that does not carry flock to
@@ -42,18 +43,36 @@ _held: dict[str, list] = {}  # folder (resolved) -> [fd, count]: what this proce
 _guard = threading.Lock()
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _let_go(fd: int, path: Path) -> None:
+    """A clean release: the file is removed while still locked (a process waiting on it sees it is gone and
+    locks the new one), so a lock file left in a folder always names a holder that did not let go."""
+    try:
+        if _same_file(fd, path):
+            os.unlink(path)
+        else:
+            os.ftruncate(fd, 0)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _release_all() -> None:
     """At the interpreter's exit (normal, or after an uncaught error): every lock this process still holds is
     released cleanly, so only a process that was killed leaves a lock file naming it."""
     with _guard:
         items = list(_held.items())
         _held.clear()
-    for _, (fd, _count) in items:
-        try:
-            os.ftruncate(fd, 0)
-            os.close(fd)
-        except OSError:
-            pass
+    for key, (fd, _count) in items:
+        _let_go(fd, Path(key) / LOCK_NAME)
 
 
 atexit.register(_release_all)
@@ -160,16 +179,24 @@ class FolderLock:
                 _held[key][1] += 1
                 self._key = key
                 return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
+        said_waiting = False
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 info = self._holder_info(fd)
                 if not self.wait:
+                    os.close(fd)
                     raise FolderBusy(self._busy_message(info), self._hint(info)) from None
-                self.say(f"[kit] {self.folder} is in use by {describe_holder(info)}: waiting for it (--wait)")
+                if not said_waiting:
+                    self.say(f"[kit] {self.folder} is in use by {describe_holder(info)}: waiting for it (--wait)")
+                    said_waiting = True
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)  # the holder removed the file as it let go: lock the one that is there now
+        try:
             last = _read(fd)
             if last.get("pid"):
                 self.took_over = last
@@ -224,12 +251,7 @@ class FolderLock:
             if held[1] > 0:
                 return
             del _held[key]
-        fd = held[0]
-        try:
-            os.ftruncate(fd, 0)  # a clean release: the next holder finds no one to take over from
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        _let_go(held[0], self.path)
 
     def __enter__(self) -> "FolderLock":
         return self.acquire()
