@@ -280,6 +280,10 @@ st = begin(STAGE, globals())
 print("python:", sys.executable)
 if os.environ.get("KIT_TEST_FAIL") == st.key:
     raise RuntimeError("injected failure in " + st.key)
+if os.environ.get("KIT_TEST_SLEEP") == st.key:  # tests/test_interrupt.py: Ctrl-C lands here
+    import time
+    (st.out_dir / "sleeping").write_text("")
+    time.sleep(600)
 (st.out_dir / "model").mkdir(exist_ok=True)
 (st.out_dir / "model" / "config.json").write_text("{}")
 (st.out_dir / "out.txt").write_text("ok")

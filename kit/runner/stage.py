@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from kit import metrics
 from kit.runner.lock import FolderLock
-from kit.runner.manifest import now, write_json
+from kit.runner.manifest import now, read_json, write_json
 from kit.stages import config_class
 from kit.stages.base import StageOutputs
 
@@ -175,6 +175,20 @@ class Stage:
         self.release()
         print(f"stage {self.key}: complete -> {self.out_dir}")
 
+    def interrupted(self) -> None:
+        """Ctrl-C (a kernel interrupt) stopped the stage: stage.json says so (a rerun resumes it) and the folder's
+        lock is let go; a stage that had completed is left as it is."""
+        if not self.is_main:
+            return
+        old = read_json(self.out_dir / "stage.json") or {}
+        if old.get("status") != "complete":
+            write_json(self.out_dir / "stage.json", {
+                "status": "interrupted", "stage": self.stage, "id": self.stage_id, "arm": self.arm,
+                "run_id": self.run_id, "fingerprint": self.fingerprint, "params": self.params,
+                "warnings": self.warnings, "started": self.started, "finished": now(),
+                "wall_s": round(time.perf_counter() - self._t0, 1), "error": "KeyboardInterrupt (Ctrl-C)"})
+        self.release()
+
     def release(self) -> None:
         """Let go of the stage folder's lock (finish() does; a process that ends lets go anyway)."""
         if self.lock is not None:
@@ -230,12 +244,32 @@ def begin(stage: str, namespace: dict) -> Stage:
     if params.get("kv_cache_gib"):  # read by every HFBackend this kernel builds (kit/llm/hf.py)
         os.environ[KV_CACHE_ENV] = str(params["kv_cache_gib"])
     warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
+    _record_interrupts(st)
     if st.is_main:
         print(f"stage {st.key} ({stage}) of run {st.run_id} -> {st.out_dir}")
         print(json.dumps(params, indent=1, default=str))
     else:
         print(f"stage {st.key} ({stage}): process {st.rank} of {st.world_size}")
     return st
+
+
+def _record_interrupts(st: Stage) -> None:
+    """In a notebook kernel: an interrupt (Ctrl-C, JupyterLab's stop button) while the stage runs is recorded
+    (`Stage.interrupted`) before IPython shows it as usual. Elsewhere a KeyboardInterrupt ends the process,
+    which lets go of the lock; `kit run` records the stage as interrupted (kit/runner/execute.py)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "set_custom_exc"):
+        return
+
+    def on_interrupt(shell, etype, value, tb, tb_offset=None):
+        st.interrupted()
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+
+    shell.set_custom_exc((KeyboardInterrupt,), on_interrupt)
 
 
 @dataclass(frozen=True)
