@@ -489,7 +489,7 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
     from kit.runner.chaos import chaos
 
     res = chaos(args.recipe, kills=args.kills, seed=args.seed, runs_dir=args.runs_dir, reports_dir=args.reports_dir,
-                sets=tuple(args.set or ()), name=args.name)
+                sets=tuple(args.set or ()), name=args.name, say=lambda text: print(text, flush=True))
     print(res.table())
     return 0 if res.identical else 1
 

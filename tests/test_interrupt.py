@@ -63,12 +63,11 @@ def test_ctrl_c_on_kit_run_records_the_stage_interrupted_stops_servers_and_a_rer
           - stage: report
     """))
     # `kit run` as a user types it, its notebooks the stubs of tests/test_runner.py (no model in the stages)
-    script = (f"import sys; import kit.runner.execute as ex; from pathlib import Path; ex.NOTEBOOKS_DIR = Path({str(nbs)!r}); "
-              f"from kit.cli import main; sys.exit(main(['run', {str(recipe)!r}, '--runs-dir', {str(tmp_path / 'runs')!r}, "
-              f"'--reports-dir', {str(tmp_path / 'reports')!r}]))")
+    argv = [sys.executable, str(TESTS / "_kit_with_notebooks.py"), str(nbs), "run", str(recipe),
+            "--runs-dir", str(tmp_path / "runs"), "--reports-dir", str(tmp_path / "reports")]
     run_dir = tmp_path / "runs" / "ctrlc"
     env = {**os.environ, "KIT_TEST_SLEEP": "evaluate", "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}"}
-    p = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env=env, start_new_session=True,
+    p = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(run_dir / "evaluate" / "sleeping", p)
@@ -93,7 +92,7 @@ def test_ctrl_c_on_kit_run_records_the_stage_interrupted_stops_servers_and_a_rer
     assert holder(run_dir) is None and holder(run_dir / "evaluate") is None
 
     env.pop("KIT_TEST_SLEEP")
-    r = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "synthesize: complete (fingerprint" in r.stdout and "evaluate: complete in" in r.stdout
     m = json.loads((run_dir / "manifest.json").read_text())
