@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from kit import metrics as M
-from kit.errors import USAGE_STATUS, BadInput, describe, is_user_error
+from kit.errors import USAGE_STATUS, BadInput, describe, disk_error, is_user_error
 from kit.stages.base import add_config_arguments, config_from_args
 from kit.sources import parse_source
 
@@ -787,6 +787,15 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
+def _written_folder(args: argparse.Namespace) -> Path:
+    """The folder a command writes in: --out, kit run's run folder (or its runs folder), else runs/cli."""
+    if getattr(args, "out", None):
+        return Path(args.out)
+    if getattr(args, "runs_dir", None):
+        return Path(args.runs_dir) / args.run_id if getattr(args, "run_id", None) else Path(args.runs_dir)
+    return CLI_RUN
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A user error (kit/errors.py) prints `error:` and `fix:` lines, no traceback,
     and exits 2 (`--debug`: with the traceback); anything else is a bug and keeps its traceback."""
@@ -796,6 +805,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.fn(args) or 0)
     except Exception as e:
+        # a write the disk refused where the kit does not write itself (torch, papermill, a report):
+        # named with the folder the command writes when the error names no file
+        disk = None if debug or is_user_error(e) else disk_error(e, writing=False, where=_written_folder(args))
+        if disk is not None:
+            e = disk
         if debug or not is_user_error(e):
             raise
         message, hint = describe(e)

@@ -7,10 +7,22 @@ fix it. The `kit` command prints both, without a traceback, and exits with statu
 shows the traceback). Anything else is a bug: it keeps its traceback and exits with status 1.
 
 Each class also derives from the builtin a caller would catch (KeyError, FileNotFoundError,
-ValueError, RuntimeError), so code that catches those keeps working.
+ValueError, RuntimeError, OSError), so code that catches those keeps working.
+
+A write the file system refuses (full, over quota, read-only, not permitted) is a `DiskError`: the
+kit's own writers (kit/files.py) raise it naming the file and the bytes they tried to write; writes
+the kit does not control (torch, safetensors, papermill's executed notebook) are translated where
+they surface (`disk_error`, `disk_error_in`: the `kit` command, a failed stage in kit/runner/execute.py).
 """
 
 from __future__ import annotations
+
+import errno as _errno
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Optional
 
 USAGE_STATUS = 2  # what `kit` exits with on a UserError (argparse's status for a bad flag too)
 
@@ -40,6 +52,124 @@ class BadInput(UserError, ValueError):
 
 class Unavailable(UserError, RuntimeError):
     """Something the command needs is not on this machine or not answering (GPU, package, endpoint)."""
+
+
+class DiskError(UserError, OSError):
+    """A write the file system refused: no space left (ENOSPC), over quota (EDQUOT), read-only (EROFS)
+    or not permitted (EACCES, EPERM). `errno` and `filename` are the refused write's."""
+
+    def __init__(self, message: str, hint: str = "", errno: Optional[int] = None, filename: Optional[str] = None):
+        super().__init__(message, hint)
+        self.errno, self.filename = errno, filename
+
+
+NO_SPACE = frozenset({_errno.ENOSPC, _errno.EDQUOT})
+DISK_ERRNOS = NO_SPACE | {_errno.EROFS, _errno.EACCES, _errno.EPERM}
+NO_FILE_NO_WRITE = frozenset({_errno.EACCES, _errno.EPERM})  # these count only where a file is named
+ELSEWHERE = "or write somewhere else (kit run --runs-dir DIR, kit eval/synthesize --out DIR)"
+
+
+def disk_error(e: BaseException, path: Optional[str | Path] = None, needed: Optional[int] = None,
+               writing: bool = True, where: Optional[str | Path] = None) -> Optional[DiskError]:
+    """The DiskError of `e` (or of the OSError it was raised from or during: torch.save wraps it in a
+    RuntimeError), None when it is not a refused write. `path`: the file being written; else the
+    OSError's own filename, else `where` (the folder being written: a run folder, an --out folder);
+    `needed`: the bytes the write needed, when known; `writing`: False where the operation may have
+    been a read (a permission error is then not called a failed write)."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, DiskError):
+            return e
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+            if e.errno in NO_FILE_NO_WRITE and not (path or e.filename):
+                return None  # a permission error naming no file (os.kill, a socket) is no refused write
+            return _disk_error(e.errno, path or e.filename or where, needed, writing)
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
+_ERRNO_TEXT = re.compile(r"\[Errno (\d+)\] [^\n':]*(?:: '([^'\n]+)')?|os error (\d+)")
+
+
+def disk_error_in(text: str, path: Optional[str | Path] = None, writing: bool = True) -> Optional[DiskError]:
+    """The DiskError an error message tells of ("[Errno 28] No space left on device: 'f'", Rust's
+    "(os error 28)"), when all that is left of the OSError is its text (a failed notebook cell's
+    evalue, another process's message); `path` where the text names no file."""
+    for m in _ERRNO_TEXT.finditer(text or ""):
+        code = int(m.group(1) or m.group(3))
+        if code in DISK_ERRNOS and not (code in NO_FILE_NO_WRITE and not m.group(2)):
+            return _disk_error(code, m.group(2) or path, None, writing)
+    return None
+
+
+def _disk_error(code: int, path: Optional[str | Path], needed: Optional[int], writing: bool) -> DiskError:
+    where = Path(path) if path else Path.cwd()
+    mount, usage = _mount_of(where)
+    if code in NO_SPACE:
+        what = "no space left on device" if code == _errno.ENOSPC else "disk quota exceeded"
+        space = f"{_size(usage.free)} free of {_size(usage.total)} on {mount}" if usage else f"on {mount}"
+        need = f"needed {needed:,} bytes, " if needed else ""
+        return DiskError(f"{what} writing {where} ({need}{space})",
+                         f"free space on {mount} (or raise the quota), {ELSEWHERE}; then run the same command "
+                         "again: it resumes where it stopped (nothing half written is kept as complete)",
+                         code, str(where))
+    if code == _errno.EROFS:
+        return DiskError(f"cannot write {where}: read-only file system ({mount})",
+                         f"{mount} is mounted read-only: remount it read-write, {ELSEWHERE}", code, str(where))
+    verb = "cannot write" if writing else "cannot open"
+    return DiskError(f"{verb} {where}: permission denied (user {_user()})",
+                     f"check the owner and permissions of {where.parent} (ls -ld; chmod/chown), {ELSEWHERE}",
+                     code, str(where))
+
+
+def _mount_of(path: Path) -> tuple[Path, Optional[tuple]]:
+    """(the mount point holding `path`, its disk usage) of the nearest folder of `path` that exists."""
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        usage = shutil.disk_usage(p)
+    except OSError:
+        usage = None
+    return _mount_point(p), usage
+
+
+def _mount_point(p: Path) -> Path:
+    """The mount point holding the existing path `p`: the longest of /proc/self/mounts' that is a
+    prefix of it (a bind mount too), else the nearest folder os.path.ismount says is one."""
+    p = p.resolve()
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as f:
+            points = [Path(line.split()[1].encode().decode("unicode_escape")) for line in f if len(line.split()) > 1]
+        best = max((m for m in points if p == m or m in p.parents), key=lambda m: len(m.parts), default=None)
+        if best is not None:
+            return best
+    except OSError:
+        pass
+    while not os.path.ismount(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _size(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    if n < 1024:
+        return f"{n} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+    return ""  # pragma: no cover
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):  # pragma: no cover
+        return str(os.geteuid())
 
 
 def describe(e: BaseException) -> tuple[str, str]:

@@ -6,16 +6,21 @@ Two readers' policies, one implementation (`iter_jsonl`):
 - files a user hands us (tasks, SFT samples, tau2 simulations): every bad line is a `BadLine`
   naming the file and line, and the caller decides whether to raise or to go on.
 Writes are atomic (`atomic_write`, `write_json`): a crash leaves the old file or the new one.
+Appends (`append_lines`, `append_jsonl`) add whole lines only: a write cut short (a full disk) is
+cut back off, and a torn tail a kill left is closed before the next line, so it never swallows it.
+A write the file system refuses (full, read-only, not permitted) is a kit.errors.DiskError naming
+the file and the bytes it needed (`disk_errors`), and leaves no `.tmp` file behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
-from kit.errors import BadInput
+from kit.errors import BadInput, disk_error, disk_error_in
 
 
 class BadLine(BadInput):
@@ -68,22 +73,67 @@ def read_records(path: str | Path) -> tuple[str, list[tuple[int, Any]]]:
     return "item", list(enumerate(data if isinstance(data, list) else [data], 1))
 
 
+@contextlib.contextmanager
+def disk_errors(path: str | Path, needed: Optional[int] = None) -> Iterator[None]:
+    """Inside: an OSError of a full, read-only or unwritable file system (also one torch.save wrapped
+    in a RuntimeError, or safetensors' "(os error 28)") becomes a kit.errors.DiskError naming `path`
+    and the `needed` bytes."""
+    try:
+        yield
+    except Exception as e:  # an OSError, or a library's error that kept only its text (safetensors)
+        err = disk_error(e, path, needed) or disk_error_in(str(e), path)
+        if err is None or err is e:
+            raise
+        raise err from e
+
+
+def append_lines(path: str | Path, lines: Iterable[str], sync: bool = False) -> int:
+    """Append `lines` (each given its newline) to `path` as whole lines; returns how many. A write cut
+    short is cut back off (DiskError); a last line without its newline (a killed writer's) is ended
+    first, so it stays one unreadable line instead of swallowing the first new one. `sync`: fsync."""
+    lines = [line.rstrip("\n") + "\n" for line in lines]
+    data = "".join(lines).encode("utf-8")
+    with disk_errors(path, len(data)):
+        with open(path, "a+b", buffering=0) as f:
+            start = f.seek(0, os.SEEK_END)
+            if start and os.pread(f.fileno(), 1, start - 1) != b"\n":
+                data = b"\n" + data
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[f.write(view):]
+                if sync:
+                    os.fsync(f.fileno())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(f.fileno(), start)
+                raise
+    return len(lines)
+
+
 def append_jsonl(path: str | Path, record: Any) -> None:
     """One JSON line at the end of `path` (dates and paths as strings)."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, default=str) + "\n")
+    append_lines(path, [json.dumps(record, default=str)])
 
 
-def atomic_write(path: str | Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file, fsync and rename."""
+def atomic_write(path: str | Path, text: str | bytes) -> None:
+    """Write `text` to `path` through a temporary file, fsync and rename; a refused write (DiskError)
+    leaves the old file and no temporary one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    with disk_errors(path, len(data)):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
 
 
 def write_json(path: str | Path, data: Any) -> None:

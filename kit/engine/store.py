@@ -13,12 +13,11 @@ which lines are whose.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from kit.engine.records import DATA_FILES, CommittedUnit, UnitResult
-from kit.files import atomic_write, read_jsonl  # noqa: F401  (the store reads and writes through these)
+from kit.files import append_lines, atomic_write, read_jsonl  # noqa: F401  (the store reads and writes through these)
 
 
 def unit_id(round_idx: int, plan_idx: int) -> str:
@@ -58,21 +57,11 @@ class RunStore:
         return dropped
 
     def append(self, name: str, rows: Iterable[Any]) -> int:
-        """Append rows (dicts, pydantic models or JSON strings) to a data file, fsync'd."""
-        n = 0
-        with open(self.dir / name, "a", encoding="utf-8") as f:
-            for r in rows:
-                if hasattr(r, "model_dump_json"):
-                    line = r.model_dump_json()
-                elif isinstance(r, str):
-                    line = r
-                else:
-                    line = json.dumps(r, ensure_ascii=False, default=str)
-                f.write(line.rstrip("\n") + "\n")
-                n += 1
-            f.flush()
-            os.fsync(f.fileno())
-        return n
+        """Append rows (dicts, pydantic models or JSON strings) to a data file, fsync'd (a write a full
+        disk cut short is cut back off: kit.files.append_lines)."""
+        lines = [r.model_dump_json() if hasattr(r, "model_dump_json") else r if isinstance(r, str)
+                 else json.dumps(r, ensure_ascii=False, default=str) for r in rows]
+        return append_lines(self.dir / name, lines, sync=True) if lines else 0
 
     def commit(self, result: UnitResult) -> dict:
         """Append a unit's lines to every data file, then its commit line (returned)."""

@@ -41,7 +41,7 @@ class EvalResult:
         """eval.json (everything) and episodes.csv (one row per episode) into the folder `out`."""
         out = Path(out)
         atomic_write(out / "eval.json", json.dumps(self.to_json(), indent=2, default=str))
-        self.episodes.to_csv(out / "episodes.csv", index=False)
+        atomic_write(out / "episodes.csv", self.episodes.to_csv(index=False))
 
 
 def load_tasks_file(path: str) -> list:

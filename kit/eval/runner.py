@@ -33,6 +33,7 @@ from kit.eval.leak import gold_action_keys, leak_report, training_action_keys, t
 from kit.eval.passk import pass1_by, pass1_interval, pass_k_table
 from kit.sources import SplitRef, parse_source
 from kit.eval.results import EvalResult, done_pairs, load_tasks_file
+from kit.files import append_lines
 from kit.llm.types import SamplingParams
 from kit.rollout.fidelity import proper_end, request_stated, user_deviations
 from kit.rollout.loop import RolloutConfig, run_episodes, step_budget_warning
@@ -160,8 +161,7 @@ def evaluate(cfg: EvalConfig, agent=None, user=None, progress: bool = True,
             trajs[(task.id, k)] = traj
             lines.append(traj.model_dump_json())
         if traj_path:  # whole episodes only: written after the chunk has fully finished
-            with open(traj_path, "a", encoding="utf-8") as f:
-                f.write("".join(line + "\n" for line in lines))
+            append_lines(traj_path, lines)  # whole lines or none (a full disk: DiskError)
     rows, by_task, infra = [], {t.id: [] for t in tasks}, []
     task_by_id = {t.id: t for t in tasks}
     labels = task_labels(dom, tasks)

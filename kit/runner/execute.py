@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
+from kit.errors import DiskError, disk_error, disk_error_in
 from kit.runner import manifest as mf
 from kit.runner.attempts import Attempts
 from kit.runner.codehash import KIT_DIR, code_fingerprint, notebook_imports
@@ -487,11 +488,15 @@ class Runner:
             how = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"  # Ctrl-C / SIGTERM: not the stage's fault
             entry.set(status=how, finished=mf.now(), wall_s=round(time.perf_counter() - t1, 1),
                       error=failure.message[:2000])
-            attempts.end(entry.wall_s, how)
-            mf.write_json(sdir / "stage.json", {"status": how, "stage": ps.stage, "id": ps.id, "fingerprint": fp,
-                                                 "error": failure.message[:2000], executor.output_key: str(job.out),
-                                                 **failure.record, "finished": mf.now()})
-            book.fail(entry)
+            # on a full or read-only disk these records may not be written: the failure is told all the same
+            with contextlib.suppress(DiskError):
+                attempts.end(entry.wall_s, how)
+            with contextlib.suppress(DiskError):
+                mf.write_json(sdir / "stage.json", {"status": how, "stage": ps.stage, "id": ps.id, "fingerprint": fp,
+                                                     "error": failure.message[:2000], executor.output_key: str(job.out),
+                                                     **failure.record, "finished": mf.now()})
+            with contextlib.suppress(DiskError):
+                book.fail(entry)
             if isinstance(e, KeyboardInterrupt):
                 self.say(f"[kit run] {where} {ps.key}: interrupted after {entry.wall_s:.0f}s; rerun the same command "
                          "to resume")
@@ -634,10 +639,19 @@ class ExecutionFailed(Exception):
         """An exception the execution raised (a failing notebook cell's: papermill's)."""
         msg = (f"{getattr(e, 'ename', type(e).__name__)}: {getattr(e, 'evalue', e)}"
                if e.__class__.__name__ == "PapermillExecutionError" else f"{type(e).__name__}: {e}")
+        # a write the disk refused, in the stage (an OSError's text: torch, safetensors, open) or here
+        # (papermill writing the executed notebook): a user error naming the file, else the stage folder
+        disk = (disk_error_in(str(getattr(e, "evalue", "")), job.folder, writing=False)
+                if e.__class__.__name__ == "PapermillExecutionError" and getattr(e, "ename", None) != "DiskError"
+                else disk_error(e, writing=False, where=job.out))
+        if disk is not None and not isinstance(e, DiskError):
+            msg = f"DiskError: {disk}"
+            if disk.filename == str(job.out):  # the stage's own error, if it had one, is lost with the notebook
+                msg += " (the executed notebook is cut short: the stage's output is in the console above)"
         if not job.out.exists():
             msg += " (no notebook was written: " + "".join(traceback.format_exception_only(e)).strip() + ")"
         return cls(msg, msg.splitlines()[0] if msg else "error",
-                   user_error=getattr(e, "ename", None) in stage_user_error_names())
+                   user_error=disk is not None or getattr(e, "ename", None) in stage_user_error_names())
 
 
 class Executor(Protocol):

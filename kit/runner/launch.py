@@ -66,8 +66,9 @@ class LaunchFailure(BaseModel):
 
     @classmethod
     def of(cls, e: BaseException, rank: int = 0, world: int = 1) -> "LaunchFailure":
-        from kit.errors import is_user_error
+        from kit.errors import disk_error, is_user_error
 
+        e = disk_error(e, writing=False) or e  # a write the disk refused: a user error (cwd: the stage folder)
         return cls(error=type(e).__name__, message=(str(e).strip().splitlines() or [""])[0],
                    user_error=is_user_error(e), rank=rank, world=world)
 

@@ -20,9 +20,10 @@ resumed (kit run skips it, or moves it aside when its inputs changed).
 
 Why a tag: `kit run` moves a *completed* stage folder aside when its inputs changed, but a stage
 that crashed is rerun in the same folder whatever changed since; its checkpoints must then not be
-used. Why a rename: a kill while writing leaves a `.tmp-step-N` folder, never read (and removed by
-the next write), so a half-written checkpoint is never loaded. A file shorter or longer than
-meta.json says (a disk that lost a write) makes the checkpoint incomplete; one that cannot be
+used. Why a rename: a kill or a full disk while writing leaves a `.tmp-step-N` folder, never read
+(and removed by the next write, or by `claim` when training resumes: its space given back), so a
+half-written checkpoint is never loaded. A file shorter or longer than meta.json says (a disk that
+lost a write) makes the checkpoint incomplete; one that cannot be
 read is skipped by the trainer, which then tries the next older checkpoint (`keep_checkpoints` > 1)
 or starts over, saying so. Sizes only, no checksums: hashing a 7B model's optimizer state at every
 save would cost a minute.
@@ -42,7 +43,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-from kit.files import read_json, write_json
+from kit.files import atomic_write, disk_errors, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,12 @@ _TRL = re.compile(r"^checkpoint-(\d+)$")
 
 
 def claim(root: str | Path, tag: str) -> bool:
-    """Make `root` the checkpoints folder of `tag` (call it on the main process only). True when
-    what it holds is `tag`'s (or it holds nothing); False when it held another tag's checkpoints,
-    now removed."""
+    """Make `root` the checkpoints folder of `tag` (call it on the main process only, before training
+    resumes). True when what it holds is `tag`'s (or it holds nothing); False when it held another
+    tag's checkpoints, now removed. Staging folders of a save cut short are removed either way."""
     root = Path(root)
+    for left in root.glob(".tmp-*"):  # a save cut short (a kill, a full disk): never read, its space given back
+        shutil.rmtree(left, ignore_errors=True)
     owner = read_json(root / OWNER) or {}
     if owner.get("tag") == tag:
         return True
@@ -103,9 +106,8 @@ def commit(tmp: Path, meta: dict, keep: int) -> Path:
     files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
     for name in files:
         fsync(tmp / name)
-    (tmp / META).write_text(json.dumps({**meta, "files": files}, indent=1, default=str))
-    fsync(tmp / META)
     final = tmp.with_name(tmp.name.removeprefix(".tmp-"))
+    atomic_write(tmp / META, json.dumps({**meta, "files": files}, indent=1, default=str))  # fsync'd
     if final.exists():  # the same step saved again (a resumed run that died before its next save)
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -156,8 +158,18 @@ def save_trainable(model: Any, path: Path) -> None:
     (the frozen base comes from the start model again), else every weight (tied ones once)."""
     from safetensors.torch import save_file
 
-    save_file({n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters() if p.requires_grad},
-              str(path))
+    with disk_errors(path):  # a full disk: DiskError naming the file (safetensors tells it as text)
+        save_file({n: p.detach().to("cpu").contiguous() for n, p in model.named_parameters() if p.requires_grad},
+                  str(path))
+
+
+def save_torch(obj: Any, path: Path) -> None:
+    """torch.save into a file opened here: a full disk is then a DiskError naming `path` (torch.save
+    given the name reports it as "unexpected pos ...", the OSError lost)."""
+    import torch
+
+    with disk_errors(path), open(path, "wb") as f:
+        torch.save(obj, f)
 
 
 def read_trainable(path: Path) -> dict:

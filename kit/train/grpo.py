@@ -97,6 +97,7 @@ import torch
 
 from kit import metrics as M
 from kit.checkers.attribution import USER_RULES
+from kit.files import atomic_write
 from kit.llm.hf import HFBackend
 from kit.llm.openai_backend import EndpointError
 from kit.llm.types import SamplingParams
@@ -479,7 +480,7 @@ class GRPOTrainer:
         tmp = ck.staging(root, self.step_idx, create=main)
         self.acc.wait_for_everyone()
         mine = tmp / f"loop-rank{self.acc.process_index}.pt"
-        torch.save(self.loop_state(), mine)
+        ck.save_torch(self.loop_state(), mine)
         try:  # read back as resume reads it: a part whose state torch.load refuses fails here, loudly
             torch.load(mine, weights_only=True)
         except Exception as e:
@@ -488,7 +489,7 @@ class GRPOTrainer:
                             "numbers, strings, None, lists, tuples and dicts only") from e
         if main:
             ck.save_trainable(self.policy, tmp / "trainable.safetensors")
-            torch.save(self.opt.state_dict(), tmp / "optimizer.pt")
+            ck.save_torch(self.opt.state_dict(), tmp / "optimizer.pt")
         self.acc.wait_for_everyone()
         path = Path(root) / ck.step_name(self.step_idx)
         if main:
@@ -560,5 +561,5 @@ class GRPOTrainer:
             self.policy.config.use_cache = True  # off while training with gradient checkpointing
             merged_copy_state(self.policy).save_pretrained(path, save_function=self.acc.save)  # LoRA: merged
             self.tokenizer.save_pretrained(path)
-            (path / "grpo_config.json").write_text(self.cfg.model_dump_json(indent=2))
+            atomic_write(path / "grpo_config.json", self.cfg.model_dump_json(indent=2))
         return path

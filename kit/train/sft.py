@@ -58,6 +58,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict, Field
 
+from kit.files import atomic_write
 from kit.train.lora import LoRAKnobs, peft_config, target_modules
 
 
@@ -541,7 +542,7 @@ def run_sft(samples_or_path: Any, config: SFTConfig | None = None, callbacks: Op
     if main:  # one writer (DDP: every process holds the same weights)
         save_merged(trainer, out, counts["unsloth"])
         write_loss_curve(out, curve)
-        (out / "sft_metrics.json").write_text(json.dumps(metrics, indent=1))
+        atomic_write(out / "sft_metrics.json", json.dumps(metrics, indent=1))
         shutil.rmtree(checkpoints, ignore_errors=True)  # the final model is written: nothing to resume
     acc.wait_for_everyone()
     return metrics
@@ -550,5 +551,5 @@ def run_sft(samples_or_path: Any, config: SFTConfig | None = None, callbacks: Op
 def write_loss_curve(folder: str | Path, curve: list) -> Path:
     """loss_curve.json in `folder`: [[optimizer step, loss], ...] (what the SFT stage's Outputs read)."""
     path = Path(folder) / "loss_curve.json"
-    path.write_text(json.dumps(curve))
+    atomic_write(path, json.dumps(curve))
     return path
