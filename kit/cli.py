@@ -488,7 +488,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_chaos(args: argparse.Namespace) -> int:
     from kit.runner.chaos import chaos
 
-    res = chaos(args.recipe, kills=args.kills, seed=args.seed, runs_dir=args.runs_dir, reports_dir=args.reports_dir,
+    res = chaos(args.recipe, kills=args.kills, seed=args.seed, runs_dir=args.runs_dir,
                 sets=tuple(args.set or ()), name=args.name, say=lambda text: print(text, flush=True))
     print(res.table())
     return 0 if res.identical else 1
@@ -659,8 +659,7 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--seed", type=int, default=0, help="draws the kill points (recorded)")
     ch.add_argument("--set", action="append", metavar="KEY=VALUE", help="as for kit run")
     ch.add_argument("--name", default=None, help="the chaos folder under --runs-dir (default <recipe name>-chaos)")
-    ch.add_argument("--runs-dir", default="runs")
-    ch.add_argument("--reports-dir", default="reports")
+    ch.add_argument("--runs-dir", default="runs", help="the chaos folder goes under it (each run with its report)")
     ch.set_defaults(fn=_cmd_chaos)
 
     ab = sub.add_parser("ablations", help="run the ablation recipes (each resumable), then one page: each arm's "

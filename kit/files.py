@@ -54,6 +54,21 @@ def json_digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _untimed(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _untimed(v) for k, v in x.items() if k != "timestamp"}
+    if isinstance(x, list):
+        return [_untimed(v) for v in x]
+    return x
+
+
+def task_digest(records: Any) -> str:
+    """`json_digest` of tasks (or records holding tasks, as JSON) less their `timestamp` fields: tau2 stamps the
+    messages of a task's initial history with the time the task was loaded, so the same task read by two
+    processes would otherwise never digest alike (and a memo keyed by it would never be found again)."""
+    return json_digest(_untimed(records))
+
+
 def read_jsonl(path: str | Path) -> list[dict]:
     """Every complete JSON line of one of our own files (missing file: []); a torn or corrupt line
     is skipped (kit.engine.store.RunStore.recover removes it)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from kit.files import json_digest, read_json, write_json
+from kit.files import json_digest, read_json, task_digest, write_json
 
 # settings that do not change an episode: where the evaluation writes, what the leak check reads, its name
 NOT_IDENTITY = frozenset({"model", "user_model", "out_dir", "training_data", "label", "allow_overlap"})
@@ -40,7 +40,7 @@ def eval_identity(cfg: Any, tasks: list) -> Optional[dict]:
     settings = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in NOT_IDENTITY}
     return {"agent": [ModelSpec.parse(cfg.model, folder_kind="hf").kind, agent],
             "user": [ModelSpec.parse(cfg.user_model, folder_kind="hf").kind, user],
-            "settings": settings, "tasks": json_digest([t.model_dump(mode="json") for t in tasks]),
+            "settings": settings, "tasks": task_digest([t.model_dump(mode="json") for t in tasks]),
             "tau2": TAU2_VERSION, "code": code_fingerprint(["kit.eval.runner"])}
 
 

@@ -4,7 +4,9 @@ check that the end is the uninterrupted run's, artifact by artifact.
     kit chaos recipes/quickstart-cpu.yaml --kills 20 --seed 0      # a table: kill points, reruns, identical?
 
 What it does (`chaos`):
-  1. runs the recipe once without interruption into <runs-dir>/<name>-chaos/reference (its wall time T);
+  1. runs the recipe once without interruption (its wall time T); every run of it happens in
+     <runs-dir>/<name>-chaos/work/ and then moves aside (reference/, round-1/, ...), so every run has the same
+     paths and what differs is what was computed;
   2. draws the kill points from `seed`: each attempt of the chaos run is killed (SIGKILL to its whole process
      group: the runner, its notebook kernels, the servers it started, as a scheduler or the OOM killer
      would) at a second drawn uniformly from (0, T) after it starts, unless it finishes first; the next
@@ -14,14 +16,16 @@ What it does (`chaos`):
   3. records, per kill, the round, the attempt, the second, the stage that was running (from the manifest)
      and how far into it; per round, each artifact "identical" or what differs.
 
-What is compared (`digests`): every file of the run folder except what records when and how long (executed
-notebooks, logs, W&B folders, the kernelspec, attempts.json, lock files, plots); JSON, JSONL and CSV files
-are compared after dropping the fields that hold times, durations, memory peaks and dates (`VOLATILE`) and
-with the run folder's path and id written as <run>; every other file byte for byte (weights, tokenizers).
+What is compared (`digests`): every file of the run folder and its report folder except what records when and
+how long (executed notebooks, logs, W&B folders, the kernelspec, attempts.json, lock files, plots, HTML); JSON,
+JSONL and CSV files are compared after dropping the fields that hold times, durations, memory peaks, dates and
+the run's history (`VOLATILE`: also `skipped`, and checkpoint tags, which name an upstream run by its start
+time), random ids (uuid4) renamed in order of appearance; every other file byte for byte (weights, tokenizers).
 So weights digests, tasks, pools, verdicts and the report's numbers are compared exactly; a difference is
 a bug to fix, not a tolerance to widen.
 
-The table goes to the terminal and <runs-dir>/<name>-chaos/chaos.json (and chaos.md).
+The table goes to the terminal and <runs-dir>/<name>-chaos/chaos.json (and chaos.md); each run's report is in its
+folder's reports/.
 """
 
 from __future__ import annotations
@@ -44,7 +48,10 @@ from typing import Any, Callable, Optional
 # names of fields that record when, how long or how much memory: not part of what a run computed
 VOLATILE = re.compile(r"^(started|finished|updated|since|date|time|timestamp|created|.*_time|wall_s.*|.*_s|.*_sec|.*seconds"
                       r"|.*_per_s|.*per_second|elapsed.*|peak_rss.*|rss.*|.*_gib|history|argv|git|executed_notebook"
-                      r"|log|wandb|machine|hostname|pid|attempts|how|kept_from|replaced|python|duration.*)$")
+                      r"|log|wandb|machine|hostname|pid|attempts|how|kept_from|replaced|python|duration.*"
+                      # how this invocation got there (a stage skipped as complete) and the tags of in-stage
+                      # checkpoints, which name the upstream run by its start time (kit/runner/execute.py _resume_tag)
+                      r"|skipped|tag|checkpoint_tag|resume_tag)$")
 SKIP_DIRS = {".jupyter", "wandb", "servers", "__pycache__"}
 SKIP_SUFFIXES = (".ipynb", ".log", ".png", ".lock", ".tmp", ".html")
 SKIP_NAMES = {"attempts.json", ".kit.lock", ".kit-digests.json"}  # .kit-digests.json: a cache keyed by mtimes
@@ -244,7 +251,7 @@ def _reap_group(pgid: int, timeout: float = 30) -> None:
 
 
 def chaos(recipe: str | Path, kills: int = 20, seed: int = 0, runs_dir: str | Path = "runs",
-          reports_dir: str | Path = "reports", sets: tuple[str, ...] = (), name: Optional[str] = None,
+          sets: tuple[str, ...] = (), name: Optional[str] = None,
           say: Callable[[str], None] = print, kit: Optional[list[str]] = None) -> ChaosResult:
     """See the module doc. `kit`: the command that runs the kit (default: this interpreter's `-m kit.cli`)."""
     import shutil
@@ -252,37 +259,40 @@ def chaos(recipe: str | Path, kills: int = 20, seed: int = 0, runs_dir: str | Pa
     from kit.runner import load_recipe, parse_override
 
     rec = load_recipe(recipe, dict(parse_override(x) for x in sets))
-    base = name or f"{rec.name}-chaos"
-    root = Path(runs_dir).resolve() / base
+    root = Path(runs_dir).resolve() / (name or f"{rec.name}-chaos")
     if root.exists():
         say(f"[kit chaos] {root} exists: removed (chaos's own folder; a fresh start)")
         shutil.rmtree(root)
+    # every run happens at the same path (work/), then moves aside: paths, and the memo keys and resume tags
+    # derived from them, are the same in every run, so what differs is what was computed
+    work = root / "work"
+    run_dir = work / "runs" / "chaos"
     root.mkdir(parents=True)
-    rep = Path(reports_dir).resolve() / base
-    shutil.rmtree(rep, ignore_errors=True)
     kit = kit or [sys.executable, "-m", "kit.cli"]
     env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "disabled")}
     log = root / "chaos.log"
+    argv = [*kit, "run", str(recipe), "--run-id", "chaos", "--runs-dir", str(work / "runs"), "--reports-dir",
+            str(work / "reports"), *[a for s in sets for a in ("--set", s)]]
 
-    def cmd(run_id: str) -> list[str]:
-        return [*kit, "run", str(recipe), "--run-id", run_id, "--runs-dir", str(root), "--reports-dir", str(rep),
-                *[a for s in sets for a in ("--set", s)]]
+    def done(as_name: str) -> dict[str, str]:
+        d = digests(run_dir, work / "reports")
+        work.rename(root / as_name)
+        return d
 
-    say(f"[kit chaos] reference: {' '.join(cmd('reference'))}")
-    rc, ref_s, _ = _attempt(cmd("reference"), log, None, root / "reference", env)
+    say(f"[kit chaos] reference: {' '.join(argv)}")
+    rc, ref_s, _ = _attempt(argv, log, None, run_dir, env)
     if rc != 0:
         raise RuntimeError(f"the uninterrupted run failed (exit {rc}); see {log}")
-    ref = digests(root / "reference", rep)
+    ref = done("reference")
     say(f"[kit chaos] reference done in {ref_s:.0f} s: {len(ref)} artifacts")
     rng = random.Random(seed)
     points = [rng.uniform(0, ref_s) for _ in range(kills)]
     res = ChaosResult(str(recipe), seed, round(ref_s, 1), [], [])
     rnd, attempt, killed_in_round, i = 1, 0, 0, 0
     while True:
-        run_id = f"round-{rnd}"
         kill_at = points[i] if i < len(points) else None
         attempt += 1
-        rc, took, (stage, stage_s) = _attempt(cmd(run_id), log, kill_at, root / run_id, env)
+        rc, took, (stage, stage_s) = _attempt(argv, log, kill_at, run_dir, env)
         if rc is None:
             i += 1
             killed_in_round += 1
@@ -290,7 +300,7 @@ def chaos(recipe: str | Path, kills: int = 20, seed: int = 0, runs_dir: str | Pa
             say(f"[kit chaos] kill {i}/{kills}: round {rnd}, attempt {attempt}, at {took:.1f} s"
                 f" ({stage or 'between stages'}{'' if stage_s is None else f', {stage_s:.0f} s into it'})")
             continue
-        verdicts = compare(ref, digests(root / run_id, rep)) if rc == 0 else {}
+        verdicts = compare(ref, done(f"round-{rnd}")) if rc == 0 else {}
         r = Round(rnd, attempt, killed_in_round, rc, verdicts)
         res.rounds.append(r)
         say(f"[kit chaos] round {rnd}: finished after {attempt} attempts, {killed_in_round} kills, exit {rc}: "

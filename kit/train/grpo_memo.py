@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from kit.files import json_digest
+from kit.files import json_digest, task_digest
 
 # fields that act only after step 0's probe and curve point (how steps draw, update and stop, and where they write)
 AFTER_START = frozenset({
@@ -41,7 +41,7 @@ def start_identity(cfg: Any, *, policy: str, user: str, tasks: Any, eval_tasks: 
     """What step 0's probe and curve point depend on: the policy and user (as their stage fingerprints say),
     the tasks with their checkers and the validation tasks (digests), and the config less `AFTER_START`."""
     fields = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in AFTER_START}
-    return {"policy": policy, "user": user, "tasks": json_digest(tasks), "eval_tasks": json_digest(eval_tasks), "config": fields}
+    return {"policy": policy, "user": user, "tasks": task_digest(tasks), "eval_tasks": task_digest(eval_tasks), "config": fields}
 
 
 class StartMemo:
