@@ -84,6 +84,10 @@ def disk_error(e: BaseException, path: Optional[str | Path] = None, needed: Opti
             if e.errno in NO_FILE_NO_WRITE and not (path or e.filename):
                 return None  # a permission error naming no file (os.kill, a socket) is no refused write
             return _disk_error(e.errno, path or e.filename or where, needed, writing)
+        if path or where:
+            found = disk_error_in(f"{type(e).__name__}: {e}", path or where, writing) if isinstance(e, RuntimeError) else None
+            if found is not None:
+                return found
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None
 
@@ -99,7 +103,17 @@ def disk_error_in(text: str, path: Optional[str | Path] = None, writing: bool = 
         code = int(m.group(1) or m.group(3))
         if code in DISK_ERRNOS and not (code in NO_FILE_NO_WRITE and not m.group(2)):
             return _disk_error(code, m.group(2) or path, None, writing)
+    if path is not None and _TORCH_WRITE.search(text or ""):
+        # torch's zip writer loses the errno ("unexpected pos N vs M"): a full disk where the stage writes says
+        # what it was; a roomy disk leaves it a bug
+        usage = _mount_of(Path(path))[1]
+        if usage is not None and usage.free < FULL_BELOW:
+            return _disk_error(_errno.ENOSPC, path, None, writing)
     return None
+
+
+_TORCH_WRITE = re.compile(r"PytorchStreamWriter failed writing file|unexpected pos \d+ vs \d+")
+FULL_BELOW = 1 << 20  # bytes free under which a write torch could not finish is put down to the full disk
 
 
 def _disk_error(code: int, path: Optional[str | Path], needed: Optional[int], writing: bool) -> DiskError:

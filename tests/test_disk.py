@@ -328,3 +328,20 @@ def test_kit_run_in_a_read_only_run_folder_exits_2_naming_the_file_and_writes_no
     assert "Traceback" not in r.stderr and "fix: " in r.stderr
     after = {str(p): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
     assert after == before  # nothing written, nothing half written
+
+
+def test_a_torch_save_a_full_disk_cut_short_is_told_as_the_full_disk(mounts, tmp_path):
+    """transformers saves an SFT checkpoint's optimizer with torch.save, whose zip writer raises a RuntimeError
+    without the errno ("unexpected pos"): on a full disk it is the DiskError; on a roomy one it stays a bug."""
+    import torch
+
+    from kit.errors import disk_error
+
+    fs = mounts.tmpfs(tmp_path / "fs", "256k")
+    fill(fs)
+    with pytest.raises(RuntimeError) as e:
+        torch.save({"w": torch.zeros(100_000)}, fs / "optimizer.pt")
+    err = disk_error(e.value, where=fs)
+    assert err is not None and "no space left on device" in str(err) and str(fs) in str(err)
+    assert disk_error(RuntimeError("[enforce fail at inline_container.cc:1] . unexpected pos 64 vs 0"),
+                      where=tmp_path) is None  # the same text with room to spare: not put down to the disk
