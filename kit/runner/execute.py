@@ -393,13 +393,21 @@ class Runner:
         plan = self.recipe.plan
         self.say(f"[kit run] {self.recipe.name} -> {self.run_dir}  ({len(plan)} stages; W&B "
                  f"{os.environ['WANDB_MODE']}, group {self.run_id})")
-        self._servers = self._server_keeper(book, ran)
-        with _servers_stopped_on_exit(self._servers):
-            for n, ps in enumerate(plan, 1):
-                outcome = self._stage(ps, f"{n}/{len(plan)}", book, ran, res)
-                getattr(res, outcome).append(ps.key)
-                if self._servers is not None:
-                    self._servers.after(ps.key, executed=outcome == "executed")
+        try:
+            self._servers = self._server_keeper(book, ran)
+            with _servers_stopped_on_exit(self._servers):
+                for n, ps in enumerate(plan, 1):
+                    outcome = self._stage(ps, f"{n}/{len(plan)}", book, ran, res)
+                    getattr(res, outcome).append(ps.key)
+                    if self._servers is not None:
+                        self._servers.after(ps.key, executed=outcome == "executed")
+        except BaseException as e:  # outside a stage (a server's key, Ctrl-C between stages): say so, not "running"
+            if book.fields.get("status") == "running":
+                book.fields["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+                book.fields["error"] = f"{type(e).__name__}: {e}"[:2000]
+                with contextlib.suppress(Exception):
+                    book.save()
+            raise
         book.fields["status"] = "complete"
         book.fields.pop("failed_stage", None)
         book.fields["history"][-1]["finished"] = mf.now()
