@@ -88,6 +88,8 @@ def _file_digest(path: Path, subs: list[tuple[str, str]], ids: _Ids) -> str:
     if name.endswith(".json"):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+            if name == "manifest.json" and isinstance(data, dict):
+                data = _without_inner_file_hashes(data, subs)
             return "json:" + hashlib.sha256(json.dumps(_normal(data, subs, ids), sort_keys=True).encode()).hexdigest()
         except (UnicodeDecodeError, json.JSONDecodeError):
             pass
@@ -107,6 +109,16 @@ def _file_digest(path: Path, subs: list[tuple[str, str]], ids: _Ids) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return "bytes:" + h.hexdigest()
+
+
+def _without_inner_file_hashes(manifest: dict, subs: list[tuple[str, str]]) -> dict:
+    """The manifest less the raw sha256 it keeps of each file of a model folder inside the run: those files are
+    compared as artifacts of their own (a JSON one without its times), and a raw hash of a file holding a time
+    (sft_metrics.json) would differ in every run."""
+    run = subs[0][0]
+    models = {k: ({**v, "files": None} if isinstance(v, dict) and str(k).startswith(run) else v)
+              for k, v in (manifest.get("models") or {}).items()}
+    return {**manifest, "models": models}
 
 
 def digests(run_dir: str | Path, reports_dir: Optional[str | Path] = None) -> dict[str, str]:
