@@ -30,6 +30,7 @@ folder's reports/.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -40,6 +41,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -245,6 +247,12 @@ def _attempt(argv: list[str], log: Path, kill_at: Optional[float], run_dir: Path
             p.wait()
             _reap_group(p.pid)
             return None, time.monotonic() - t0, where
+        except BaseException:  # Ctrl-C or SIGTERM on `kit chaos`: the run it started (its own session) goes too
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            _reap_group(p.pid)
+            raise
 
 
 def _reap_group(pgid: int, timeout: float = 30) -> None:
@@ -286,6 +294,27 @@ def chaos(recipe: str | Path, kills: int = 20, seed: int = 0, runs_dir: str | Pa
     argv = [*kit, "run", str(recipe), "--run-id", "chaos", "--runs-dir", str(work / "runs"), "--reports-dir",
             str(work / "reports"), *[a for s in sets for a in ("--set", s)]]
 
+    with _sigterm_interrupts():  # SIGTERM on `kit chaos` stops the attempt in flight too
+        return _chaos(root, work, run_dir, argv, log, env, recipe, kills, seed, say)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum, frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _chaos(root: Path, work: Path, run_dir: Path, argv: list[str], log: Path, env: dict, recipe: str | Path,
+           kills: int, seed: int, say: Callable[[str], None]) -> ChaosResult:
     def done(as_name: str) -> dict[str, str]:
         d = digests(run_dir, work / "reports")
         work.rename(root / as_name)
