@@ -11,8 +11,8 @@ What it does (`chaos`):
      group: the runner, its notebook kernels, the servers it started, as a scheduler or the OOM killer
      would) at a second drawn uniformly from (0, T) after it starts, unless it finishes first; the next
      attempt is the same command again (a rerun resumes). An attempt that finishes ends a round: its folder
-     is compared with the reference and the next kill point starts a fresh round. After the last kill, a last
-     rerun finishes the round;
+     is compared with the reference, its kill point is spent (counted as outlived) and the next round starts
+     afresh. After the `kills`-th kill, a last rerun finishes the round;
   3. records, per kill, the round, the attempt, the second, the stage that was running (from the manifest)
      and how far into it; per round, each artifact "identical" or what differs.
 
@@ -187,13 +187,15 @@ class ChaosResult:
     reference_s: float
     kills: list[Kill]
     rounds: list[Round]
+    outlived: int = 0  # kill points drawn after the attempt had finished (spent, and another drawn)
 
     @property
     def identical(self) -> bool:
         return bool(self.rounds) and all(r.identical for r in self.rounds)
 
     def table(self) -> str:
-        lines = [f"chaos of {self.recipe} (seed {self.seed}; uninterrupted run {self.reference_s:.0f} s)", "",
+        lines = [f"chaos of {self.recipe} (seed {self.seed}; uninterrupted run {self.reference_s:.0f} s; {len(self.kills)} "
+                 f"kills; {self.outlived} more points drawn after the attempt had finished)", "",
                  "| kill | round | attempt | at second | stage running | second of stage |", "|---|---|---|---|---|---|"]
         for k in self.kills:
             lines.append(f"| {k.n} | {k.round} | {k.attempt} | {k.at_s:.1f} | {k.stage or '(between stages)'} | "
@@ -210,6 +212,7 @@ class ChaosResult:
 
     def to_json(self) -> dict:
         return {"recipe": self.recipe, "seed": self.seed, "reference_s": self.reference_s, "identical": self.identical,
+                "outlived": self.outlived,
                 "kills": [asdict(k) for k in self.kills],
                 "rounds": [{**asdict(r), "identical": r.identical} for r in self.rounds]}
 
@@ -327,29 +330,34 @@ def _chaos(root: Path, work: Path, run_dir: Path, argv: list[str], log: Path, en
     ref = done("reference")
     say(f"[kit chaos] reference done in {ref_s:.0f} s: {len(ref)} artifacts")
     rng = random.Random(seed)
-    points = [rng.uniform(0, ref_s) for _ in range(kills)]
     res = ChaosResult(str(recipe), seed, round(ref_s, 1), [], [])
-    rnd, attempt, killed_in_round, i = 1, 0, 0, 0
-    while True:
-        kill_at = points[i] if i < len(points) else None
+    rnd, attempt, killed_in_round, outlived = 1, 0, 0, 0
+    kill_at = rng.uniform(0, ref_s)  # drawn one at a time: a point an attempt outlives is spent, the next drawn
+    while len(res.rounds) < 4 * kills + 1:  # a guard: every round ends, and a point is spent each round
         attempt += 1
-        rc, took, (stage, stage_s) = _attempt(argv, log, kill_at, run_dir, env)
+        last = len(res.kills) >= kills
+        rc, took, (stage, stage_s) = _attempt(argv, log, None if last else kill_at, run_dir, env)
         if rc is None:
-            i += 1
             killed_in_round += 1
-            res.kills.append(Kill(i, rnd, attempt, round(took, 1), stage, None if stage_s is None else round(stage_s, 1)))
-            say(f"[kit chaos] kill {i}/{kills}: round {rnd}, attempt {attempt}, at {took:.1f} s"
+            res.kills.append(Kill(len(res.kills) + 1, rnd, attempt, round(took, 1), stage,
+                                  None if stage_s is None else round(stage_s, 1)))
+            say(f"[kit chaos] kill {len(res.kills)}/{kills}: round {rnd}, attempt {attempt}, at {took:.1f} s"
                 f" ({stage or 'between stages'}{'' if stage_s is None else f', {stage_s:.0f} s into it'})")
+            kill_at = rng.uniform(0, ref_s)
             continue
+        if not last:  # it finished before its kill point: that point is spent
+            outlived += 1
+            kill_at = rng.uniform(0, ref_s)
         verdicts = compare(ref, done(f"round-{rnd}")) if rc == 0 else {}
         r = Round(rnd, attempt, killed_in_round, rc, verdicts)
         res.rounds.append(r)
         say(f"[kit chaos] round {rnd}: finished after {attempt} attempts, {killed_in_round} kills, exit {rc}: "
             + ("every artifact identical" if r.identical else
                f"{sum(v != 'identical' for v in verdicts.values())} artifacts differ" if rc == 0 else "the rerun FAILED"))
-        if rc != 0 or i >= len(points):
+        if rc != 0 or last:
             break
         rnd, attempt, killed_in_round = rnd + 1, 0, 0
+    res.outlived = outlived
     (root / "chaos.json").write_text(json.dumps(res.to_json(), indent=1))
     (root / "chaos.md").write_text(res.table() + "\n")
     return res
