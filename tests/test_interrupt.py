@@ -67,7 +67,10 @@ def test_ctrl_c_on_kit_run_records_the_stage_interrupted_stops_servers_and_a_rer
             "--runs-dir", str(tmp_path / "runs"), "--reports-dir", str(tmp_path / "reports")]
     run_dir = tmp_path / "runs" / "ctrlc"
     env = {**os.environ, "KIT_TEST_SLEEP": "evaluate", "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}"}
+    # a terminal's process takes SIGINT; a pytest-xdist worker ignores it, and an ignored signal stays ignored
+    # across exec (Python then installs no KeyboardInterrupt handler): give the child the terminal's disposition
     p = subprocess.Popen(argv, cwd=ROOT, env=env, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for(run_dir / "evaluate" / "sleeping", p)
