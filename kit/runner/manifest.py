@@ -156,10 +156,12 @@ _HASH_CACHE: dict[tuple, str] = {}
 
 def hash_folder(folder: Path) -> dict[str, str]:
     """{relative file name: sha256} of a model folder's weights, config and tokenizer files."""
+    from kit.llm.weights import DIGESTS
+
     out = {}
     for p in sorted(folder.rglob("*")):
-        if not p.is_file() or not p.name.endswith(WEIGHT_SUFFIXES) or "wandb" in p.parts:
-            continue
+        if not p.is_file() or not p.name.endswith(WEIGHT_SUFFIXES) or "wandb" in p.parts or p.name == DIGESTS:
+            continue  # DIGESTS: the kit's own cache of these hashes (kit/llm/weights.py), written by the first reader
         st = p.stat()
         key = (str(p), st.st_size, st.st_mtime_ns)
         if key not in _HASH_CACHE:
