@@ -41,7 +41,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -297,23 +296,10 @@ def chaos(recipe: str | Path, kills: int = 20, seed: int = 0, runs_dir: str | Pa
     argv = [*kit, "run", str(recipe), "--run-id", "chaos", "--runs-dir", str(work / "runs"), "--reports-dir",
             str(work / "reports"), *[a for s in sets for a in ("--set", s)]]
 
-    with _sigterm_interrupts():  # SIGTERM on `kit chaos` stops the attempt in flight too
+    from kit.runner.execute import sigterm_interrupts
+
+    with sigterm_interrupts():  # SIGTERM on `kit chaos` stops the attempt in flight too
         return _chaos(root, work, run_dir, argv, log, env, recipe, kills, seed, say)
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts():
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def on_term(signum, frame):
-            raise KeyboardInterrupt(f"signal {signum}")
-
-        previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _chaos(root: Path, work: Path, run_dir: Path, argv: list[str], log: Path, env: dict, recipe: str | Path,

@@ -538,6 +538,17 @@ def _servers_stopped_on_exit(servers: Optional[Servers]):
     """Every server the run started is stopped however the run ends: completion, a failing stage,
     Ctrl-C, or SIGTERM (a scheduler's stop: turned into KeyboardInterrupt while the run goes, so the stage
     is recorded as interrupted)."""
+    try:
+        with sigterm_interrupts():
+            yield
+    finally:
+        if servers is not None:
+            servers.close()
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """SIGTERM raises KeyboardInterrupt inside the block (main thread only), as Ctrl-C does; restored after."""
     previous = None
     if threading.current_thread() is threading.main_thread():
         def on_term(signum, frame):
@@ -547,8 +558,6 @@ def _servers_stopped_on_exit(servers: Optional[Servers]):
     try:
         yield
     finally:
-        if servers is not None:
-            servers.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
