@@ -137,8 +137,9 @@ def _stage_context(stage: str, config, out: str | None, wait: bool = False):
     """What a stage's run() gets when called from the command line: its folder is --out, else
     runs/cli/<stage>, which `_record_cli_stage` then lists in runs/cli/manifest.json. The stage holds
     the folder's lock (one writer: kit/runner/lock.py); `wait` (--wait) waits for another holder."""
-    from kit.runner.stage import Stage
+    from kit.runner.stage import Stage, process_settings
 
+    process_settings(config.model_dump())
     return Stage(stage, config.model_dump(), {"out_dir": out or str(CLI_RUN / stage), "run_id": "cli",
                                               "lock_wait": wait})
 

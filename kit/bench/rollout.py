@@ -4,6 +4,8 @@ Arms (`ARMS`), all on the same model, task, group, seeds, sampling and limits, i
 
   kit                the kit's fast path (kit.llm.fast), every live episode's turn in one batch
   kit-sequential     the same, one episode at a time
+  kit-bf16           arm kit with its linear layers on bf16 packed weights (kit.llm.precision: the
+                     `cpu_bf16` knob; a CPU without bf16 instructions fails this arm)
   hf-generate        transformers' batched `model.generate`, one left-padded call per turn of the group
   hf-generate-batch  transformers' continuous batching `model.generate_batch`, one call per turn
 
@@ -33,7 +35,7 @@ from kit.envs import load_domain
 from kit.llm.types import SamplingParams
 from kit.rollout.loop import RolloutConfig, run_episodes
 
-ARMS = ("kit", "kit-sequential", "hf-generate", "hf-generate-batch")
+ARMS = ("kit", "kit-sequential", "kit-bf16", "hf-generate", "hf-generate-batch")
 ENGINE = {"hf-generate": "generate", "hf-generate-batch": "generate_batch"}  # arm -> kit.bench.engines engine
 
 
@@ -122,7 +124,9 @@ def _backends(backend, arms: Sequence[str]) -> dict:
     with transformers' engine for the others (kit.bench.engines.reference_backend)."""
     out = {}
     for arm in arms:
-        if arm not in ENGINE:
+        if arm == "kit-bf16":
+            out[arm] = _bf16_backend(backend)
+        elif arm not in ENGINE:
             out[arm] = backend
         else:
             from kit.bench.engines import reference_backend  # imports torch: only for a transformers arm
@@ -131,8 +135,17 @@ def _backends(backend, arms: Sequence[str]) -> dict:
     return out
 
 
+def _bf16_backend(backend):
+    """A second kit backend on the same model whose packed weights are bfloat16 (where the CPU can)."""
+    from kit.llm.hf import HFBackend
+
+    return HFBackend(model=backend.model, tokenizer=backend.tokenizer, tool_mode=backend.tool_mode, cpu_bf16=True)
+
+
 def _run(arm: str, backend, dom, task, group: int, max_messages: int, params: SamplingParams, seed: int):
     """The arm's episodes: all at once (turn by turn), or one at a time."""
+    if arm == "kit-bf16" and not backend.cpu_bf16:
+        raise RuntimeError("this CPU has no bf16 instructions (AVX512-BF16 / AMX), or the model is not float32 on CPU")
     if arm == "kit-sequential":
         trajs = []
         for i in range(group):

@@ -161,13 +161,22 @@ def recipe_params(recipe: str, root: Path) -> dict:
     doc = yaml.safe_load(f.read_text(encoding="utf-8"))
     for entry in doc.get("stages") or []:
         if entry.get("id", entry.get("stage")) == stage:
-            return dict(entry.get("params") or {})
+            return {**(doc.get("defaults") or {}), **(entry.get("params") or {})}  # the recipe's defaults under them
     raise ValueError(f"{f} has no stage with id {stage!r}")
 
 
 # what a recipe's stage params may set in the benchmark (the rest: steps, output, saving, are the benchmark's)
 RECIPE_KNOBS = ("batch_size", "grad_accum", "micro_batch_size", "max_seq_len", "lr", "lora", "lora_r", "lora_alpha",
-                "whole_dialogues", "gradient_checkpointing", "dtype")
+                "whole_dialogues", "gradient_checkpointing", "dtype", "cpu_bf16")
+
+
+def _bf16_on() -> bool | None:
+    """Whether this run's training ran bf16 matmuls (None: a tree without kit.llm.precision)."""
+    try:
+        from kit.llm import precision
+    except ImportError:
+        return None
+    return precision.enabled()
 
 
 def bench_sft(data: str | None = None, steps: int = 4, batch_size: int = 4, max_seq_len: int = 4096,
@@ -198,6 +207,10 @@ def bench_sft(data: str | None = None, steps: int = 4, batch_size: int = 4, max_
             params = recipe_params(recipe, Path(kit.__file__).resolve().parent.parent)
             from_recipe = {k: params[k] for k in RECIPE_KNOBS if k in params}
             wanted.update(from_recipe)
+        if from_recipe.get("cpu_bf16"):  # a stage param acting through the environment (kit/llm/precision.py)
+            from kit.llm import precision
+
+            os.environ[precision.ENV] = "1"
         known = S.SFTConfig.model_fields
         cfg = S.SFTConfig(**{k: v for k, v in wanted.items() if k in known})
         t0 = time.perf_counter()
@@ -219,7 +232,8 @@ def bench_sft(data: str | None = None, steps: int = 4, batch_size: int = 4, max_
                 "max_seq_len": config.get("max_seq_len"), "lora": config.get("lora"), "threads": threads, "seed": seed,
                 "recipe": recipe, "from_recipe": from_recipe,
                 "whole_dialogues": config.get("whole_dialogues"),  # None: the tree has no such knob (one row per turn)
-                "config_dropped": sorted(set(wanted) - set(known))}
+                "config_dropped": sorted(set(wanted) - set(known) - {"cpu_bf16"}),
+                "cpu_bf16": _bf16_on()}
     machine = {"device": str(trainer.args.device), "torch_threads": torch.get_num_threads(),
                "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                "python": platform.python_version(), "torch": torch.__version__, "kit": kit.__file__,

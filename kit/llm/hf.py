@@ -42,6 +42,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kit.llm import precision
 from kit.llm.capabilities import Capabilities
 from kit.llm.fast import PrefixKVCache, common_prefix_len
 from kit.llm.prompting import render_prompt, resolve_tool_mode
@@ -82,6 +83,8 @@ class HFBackend(Backend):
         shared_prefix_attention: fast path: when all rows of a batch share a prompt prefix (the
             system prompt of a group), decode steps attend it once for all rows
             (kit.llm.fast.shared_prefix_attention); False attends it per row.
+        cpu_bf16: packed weights in bfloat16 on a CPU with bf16 instructions (kit.llm.precision);
+            None: as the running stage's `cpu_bf16` says ($KIT_CPU_BF16).
 
     Trainers that update the weights through `param.data` (which bumps no version counter) must call
     `invalidate()` afterwards; in-place optimizer steps and `load_state_dict` are detected.
@@ -106,6 +109,7 @@ class HFBackend(Backend):
         prefill_chunk: int = 256,
         pack_weights: bool | str = "auto",
         shared_prefix_attention: bool = True,
+        cpu_bf16: bool | None = None,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -153,7 +157,8 @@ class HFBackend(Backend):
         self.stats = GenStats()  # where generation time went (fast path)
         if pack_weights not in (True, False, "auto"):
             raise ValueError(f"pack_weights must be True, False or 'auto', not {pack_weights!r}")
-        self.packed = (PackedLinears(max_bytes=(2 << 30) if pack_weights == "auto" else 1 << 62)
+        self.cpu_bf16 = precision.enabled(cpu_bf16)
+        self.packed = (PackedLinears(max_bytes=(2 << 30) if pack_weights == "auto" else 1 << 62, bf16=self.cpu_bf16)
                        if pack_weights and self.fast_decode else None)
         self.shared_prefix_attention = shared_prefix_attention
         self._stop_criteria: dict[tuple[str, ...], Any] = {}

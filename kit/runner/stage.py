@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from kit import metrics
+from kit.llm import precision
 from kit.runner.lock import FolderLock
 from kit.runner.manifest import now, read_json, write_json
 from kit.stages import config_class
@@ -208,6 +209,18 @@ def process_rank() -> tuple[int, int]:
 KV_CACHE_ENV = "KIT_KV_CACHE_GIB"  # kit.llm.hf reads the same name
 
 
+def process_settings(params: dict, say: bool = True) -> None:
+    """The stage params that act through this process's environment, read by every HFBackend and trainer it
+    builds: kv_cache_gib (kit/llm/hf.py) and cpu_bf16 (kit/llm/precision.py). Called by `begin` (a stage's
+    kernel or process) and by the `kit eval` / `kit synthesize` commands."""
+    if params.get("kv_cache_gib"):
+        os.environ[KV_CACHE_ENV] = str(params["kv_cache_gib"])
+    if "cpu_bf16" in params:
+        os.environ[precision.ENV] = "1" if params["cpu_bf16"] else "0"
+        if params["cpu_bf16"] and say:
+            print(precision.describe())
+
+
 def begin(stage: str, namespace: dict) -> Stage:
     """Validate the notebook's parameters (from `namespace`, its globals()) against the stage's
     schema, set seeds and torch threads, and make the stage's folder. `stage` is the notebook's
@@ -241,8 +254,7 @@ def begin(stage: str, namespace: dict) -> Stage:
         if params.get("threads"):
             torch.set_num_threads(int(params["threads"]))
     os.environ.setdefault("WANDB_MODE", "offline")
-    if params.get("kv_cache_gib"):  # read by every HFBackend this kernel builds (kit/llm/hf.py)
-        os.environ[KV_CACHE_ENV] = str(params["kv_cache_gib"])
+    process_settings(params, say=st.is_main)
     warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm.auto in a kernel without ipywidgets
     _record_interrupts(st)
     if st.is_main:

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from kit import metrics as M
-from kit.train.grpo_config import GRPOConfig
+from kit.llm import precision
+from kit.train.grpo_config import GRPOConfig, SkipReason
 from kit.train.grpo_groups import Group
-from kit.train.grpo_config import SkipReason
 from kit.train.grpo_math import group_advantages, ppo_clip_loss
 from kit.train.processes import Processes
 from kit.train.prefix import PrefixStates, can_share_prefix
@@ -99,7 +99,8 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
              for mb, p in zip(mbs, prefixes)]
     model.train()
     old = refs = None
-    with torch.no_grad():
+    # forward passes in bf16 where the stage asked (cpu_bf16) and the CPU can; backward passes follow them
+    with torch.no_grad(), precision.autocast(model):
         if c.minibatches > 1:  # later minibatches are off-policy: fix the sampling policy's log-probs now
             old = [[token_logprobs(model, mi, pad, c.temperature)[0] for mi in mb] for mb in micro]
         if ref is not None:
@@ -113,11 +114,13 @@ def ppo_update(model: Any, opt: Any, acc: Any, procs: Processes, rows: list[Row]
         opt.zero_grad(set_to_none=True)
         bad = False
         first = mb[0][0]
-        shared = PrefixStates(model, first.ids[:prefixes[b]]) if prefixes[b] else None
+        with precision.autocast(model):
+            shared = PrefixStates(model, first.ids[:prefixes[b]]) if prefixes[b] else None
         for k, mi in enumerate(mb):
             sync = contextlib.nullcontext() if k == len(mb) - 1 else acc.no_sync(model)
             with sync:
-                logp, mask = token_logprobs(model, mi, pad, c.temperature, prefix=shared)
+                with precision.autocast(model):
+                    logp, mask = token_logprobs(model, mi, pad, c.temperature, prefix=shared)
                 adv = torch.tensor([r.advantage for r in mi], dtype=logp.dtype, device=logp.device)
                 before = logp.detach() if old is None else old[b][k]
                 behaviour = sampler_logprobs(mi, before, mask)  # a server's log-probs, where it gave them

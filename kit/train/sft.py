@@ -59,6 +59,7 @@ from typing import Any, Literal, Optional
 from pydantic import ConfigDict, Field
 
 from kit.files import atomic_write
+from kit.llm import precision
 from kit.train.lora import LoRAKnobs, peft_config, target_modules
 
 
@@ -323,6 +324,10 @@ def _counting(trainer_cls: type) -> type:
                 self.tokens_trained, self.tokens_seen = counts["tokens_trained"], counts["tokens_seen"]
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            with precision.autocast(model):  # bf16 matmuls where the stage asked (cpu_bf16) and the CPU can
+                return self._loss(model, inputs, return_outputs, num_items_in_batch)
+
+        def _loss(self, model, inputs, return_outputs, num_items_in_batch):
             if model.training:
                 self.tokens_trained += int((inputs["labels"][:, 1:] != -100).sum())  # token 0 is never predicted
                 mask = inputs.get("attention_mask")

@@ -15,7 +15,10 @@ rebuilt when `weights_key` changes (an optimizer step, `load_state_dict`), as th
 is. The packed copies cost as much memory as the linear weights themselves, so `auto` packs only
 models whose linear weights fit in `max_bytes`.
 
-Results equal `F.linear` up to float rounding (another summation order: ~1e-6 relative).
+Results equal `F.linear` up to float rounding (another summation order: ~1e-6 relative). With `bf16`
+(kit.llm.precision: a stage's `cpu_bf16` on a CPU with bf16 instructions) the packs are bfloat16 and
+each call casts its input to bf16 and its output back to float32: half the weight bytes a decode step
+reads, the bf16 dot-product instructions; results then carry bf16 rounding.
 """
 
 from __future__ import annotations
@@ -54,8 +57,9 @@ def linear_bytes(model: nn.Module) -> int:
 class PackedLinears:
     """Packed copies of a CPU model's linear weights, used inside `use(model)` (see module doc)."""
 
-    def __init__(self, max_bytes: int = 2 << 30):
+    def __init__(self, max_bytes: int = 2 << 30, bf16: bool = False):
         self.max_bytes = max_bytes
+        self.bf16 = bf16
         self._key: tuple | None = None
         self._packs: dict[nn.Linear, torch.Tensor] = {}
         self.packs_built = 0  # how many times the weights were (re)packed
@@ -76,7 +80,8 @@ class PackedLinears:
         with torch.no_grad():
             for mod in model.modules():
                 if isinstance(mod, nn.Linear) and mod.weight.dtype == torch.float32:
-                    self._packs[mod] = torch.ops.mkldnn._reorder_linear_weight(mod.weight.detach())
+                    w = mod.weight.detach()
+                    self._packs[mod] = torch.ops.mkldnn._reorder_linear_weight(w.bfloat16() if self.bf16 else w)
         self._key = key
         self.packs_built += 1
 
@@ -90,7 +95,7 @@ class PackedLinears:
         patched = []
         try:
             for mod, packed in self._packs.items():
-                mod.forward = _packed_forward(mod, packed)
+                mod.forward = _packed_forward(mod, packed, self.bf16)
                 patched.append(mod)
             yield
         finally:
@@ -98,15 +103,22 @@ class PackedLinears:
                 del mod.forward  # the class's forward again
 
 
-def _packed_forward(mod: nn.Linear, packed: torch.Tensor):
+def _packed_forward(mod: nn.Linear, packed: torch.Tensor, bf16: bool = False):
+    bias = mod.bias.detach() if mod.bias is not None else None
+    if bias is not None and bf16:
+        bias = bias.bfloat16()
+
     def forward(x: torch.Tensor) -> Any:
         if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu":
             return F.linear(x, mod.weight, mod.bias)
         flat = x.reshape(-1, x.shape[-1])
+        if bf16:
+            flat = flat.to(torch.bfloat16)
         if not flat.is_contiguous():
             flat = flat.contiguous()
-        bias = mod.bias.detach() if mod.bias is not None else None
         out = torch.ops.mkldnn._linear_pointwise(flat, packed, bias, "none", [], "")
+        if bf16:
+            out = out.float()
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     return forward
