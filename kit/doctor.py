@@ -58,6 +58,13 @@ def report() -> list[tuple[str, str]]:
     except Exception as e:
         gpu = f"unknown ({e})"
     rows.append(("gpu", gpu))
+    try:
+        from kit.llm import precision
+
+        rows.append(("cpu bf16", "yes: a stage's cpu_bf16 runs bf16 matmuls here" if precision.supported()
+                     else "no bf16 instructions (AVX512-BF16 / AMX): cpu_bf16 changes nothing here"))
+    except Exception as e:
+        rows.append(("cpu bf16", f"unknown ({e})"))
     rows.append(("wandb mode", os.environ.get("WANDB_MODE", "offline (default)")))
     rows.append(("checker sandbox", sandbox_walls()))
     return rows
