@@ -28,7 +28,14 @@ VLLM_PORT  ?= 8000
 VLLM_LORA_RANK ?= 64
 VLLM_ARGS  ?=
 
-.PHONY: setup run test doctor browser sandbox-walls clean-venv vllm-env vllm-serve
+# OpenVINO's exporter in its own venv, for `kit bench export-openvino` (the bench's openvino arms): optimum-intel
+# (2.2.0) needs transformers < 5.6, the kit pins 5.24.0. From PyPI it brings torch with its CUDA wheels (~6 GB).
+# The arms themselves run in .venv: pip install -e ".[openvino]".
+OV_EXPORT_VENV ?= .venv-ov-export
+OV_EXPORT_SPEC ?= optimum-intel[openvino]==2.2.0 transformers==5.5.4 openvino==2026.4.1 openvino-tokenizers==2026.4.1.0
+OV_EXPORT_STAMP := $(OV_EXPORT_VENV)/.ov-export-setup-stamp
+
+.PHONY: setup run test doctor browser sandbox-walls clean-venv vllm-env vllm-serve openvino-export-env
 
 setup: $(STAMP) sandbox-walls
 
@@ -101,3 +108,11 @@ vllm-serve: vllm-env
 	  --enable-lora --max-lora-rank $(VLLM_LORA_RANK) \
 	  --enable-auto-tool-choice --tool-call-parser hermes \
 	  --return-tokens-as-token-ids $(VLLM_ARGS)
+
+openvino-export-env: $(OV_EXPORT_STAMP)
+
+$(OV_EXPORT_STAMP):
+	@test -x $(OV_EXPORT_VENV)/bin/python || $(PYTHON) -m venv $(OV_EXPORT_VENV)
+	$(OV_EXPORT_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OV_EXPORT_VENV)/bin/python -m pip install --quiet $(foreach p,$(OV_EXPORT_SPEC),"$(p)")
+	@touch $(OV_EXPORT_STAMP)

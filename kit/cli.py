@@ -5,7 +5,8 @@
   kit verify --domain D --input FILE.jsonl     one JSON verdict per SimulationRun line
   kit export --domain D --out FILE.jsonl       gold + near-miss trajectories as SimulationRuns
   kit bench verify --domain D [--tasks N]      kit vs tau2: speed and agreement
-  kit bench rollout [--arms A,B] [--group 8]    the kit's engine vs transformers' generate, per arm
+  kit bench rollout [--arms A,B] [--group 8]    the kit's engine vs transformers' generate (and OpenVINO), per arm
+  kit bench export-openvino --python PY --out DIR   an OpenVINO export of the model for the openvino arms
   kit bench grpo [--group 4 --steps 2 --out F]  GRPO steps: rollout / score / update seconds, episodes/s
   kit bench sft [--data RUN --steps 4 --out F]  SFT steps: seconds per trained token, tokens seen / computed
     (bench sft|grpo --against REV [--repeats R]: the same workload from git revision REV too, side by side)
@@ -286,7 +287,8 @@ def _cmd_bench_rollout(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     results = bench_arms(make_backend(args.model), arms, args.domain, args.task_index, args.group,
-                         args.max_messages, args.max_new_tokens, args.seed, repeat=args.repeat)
+                         args.max_messages, args.max_new_tokens, args.seed, repeat=args.repeat,
+                         openvino_model=args.openvino_model, threads=args.threads)
     best = " (fastest of each)" if args.repeat > 1 else ""
     print(f"group {args.group}, {args.max_messages} messages, {args.max_new_tokens} new tokens, seed {args.seed}, "
           f"{args.repeat} repeat(s){best}:")
@@ -296,6 +298,19 @@ def _cmd_bench_rollout(args: argparse.Namespace) -> int:
     if "kit" in by_arm and "kit-sequential" in by_arm:
         b, s = by_arm["kit"], by_arm["kit-sequential"]
         print(f"rollout speedup: {b.tok_s / max(s.tok_s, 1e-9):.1f}x ({b.tok_s:.1f} tok/s vs {s.tok_s:.1f} tok/s)")
+    for ov in ("openvino", "openvino-native"):
+        if "kit" in by_arm and ov in by_arm:
+            b, o = by_arm["kit"], by_arm[ov]
+            print(f"kit vs {ov}: {b.tok_s / max(o.tok_s, 1e-9):.2f}x ({b.tok_s:.1f} tok/s vs {o.tok_s:.1f} tok/s)")
+    return 0
+
+
+def _cmd_bench_export_openvino(args: argparse.Namespace) -> int:
+    from kit.bench.openvino_export import export_openvino
+
+    info = export_openvino(args.python, args.out, model=args.model, weight_format=args.weight_format,
+                           force=args.force, check=not args.no_check, log=lambda m: print(m, file=sys.stderr))
+    print(json.dumps(info))
     return 0
 
 
@@ -722,12 +737,28 @@ def build_parser() -> argparse.ArgumentParser:
     br.add_argument("--max-messages", type=int, default=8, help="messages per episode")
     br.add_argument("--max-new-tokens", type=int, default=64)
     br.add_argument("--seed", type=int, default=0)
-    br.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    br.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (and the openvino arms' INFERENCE_NUM_THREADS; default: torch's count)")
+    br.add_argument("--openvino-model", default=None, metavar="DIR",
+                    help="the OpenVINO export the openvino arms load (kit bench export-openvino --out DIR)")
     br.add_argument("--repeat", type=_at_least_one, default=1,
                     help="alternate the arms' runs N times (same seeds) and keep each arm's fastest (a noisy machine)")
     br.add_argument("--arms", default="kit,kit-sequential,hf-generate,hf-generate-batch",
                     help="comma-separated arms (kit.bench.rollout.ARMS), run side by side in this process")
     br.set_defaults(fn=_cmd_bench_rollout)
+    bo = bsub.add_parser("export-openvino", help="an OpenVINO export of the model (fp32) for bench rollout's "
+                         "openvino arms, made by optimum-intel in a side venv")
+    bo.add_argument("--python", required=True,
+                    help="the side venv's python, with optimum-intel[openvino] (it does not install beside the kit's "
+                         "transformers), e.g. /work/ov-export-venv/bin/python")
+    bo.add_argument("--out", required=True, help="the export folder (then: kit bench rollout --openvino-model DIR)")
+    bo.add_argument("--model", default="embedded", help="the HF folder to export (default: the embedded model)")
+    bo.add_argument("--weight-format", default="fp32", choices=["fp32", "fp16", "int8"],
+                    help="optimum-cli's --weight-format (default fp32: the kit's float32 weights as they are)")
+    bo.add_argument("--force", action="store_true", help="redo an export already in --out")
+    bo.add_argument("--no-check", action="store_true",
+                    help="skip the greedy check against transformers (needs the openvino extra in this venv)")
+    bo.set_defaults(fn=_cmd_bench_export_openvino)
     bg = bsub.add_parser("grpo", help="GRPO steps on the embedded model and mock: rollout, score, update seconds")
     bg.add_argument("--model", default=None, help="policy HF folder (default: the embedded model)")
     bg.add_argument("--user-model", default="embedded", help="user simulator spec (default: the embedded model)")

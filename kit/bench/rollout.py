@@ -8,11 +8,18 @@ Arms (`ARMS`), all on the same model, task, group, seeds, sampling and limits, i
                      `cpu_bf16` knob; a CPU without bf16 instructions fails this arm)
   hf-generate        transformers' batched `model.generate`, one left-padded call per turn of the group
   hf-generate-batch  transformers' continuous batching `model.generate_batch`, one call per turn
+  openvino           OpenVINO GenAI's continuous batching pipeline (prefix caching on) on an OpenVINO
+                     export of the model (`openvino_model`: `kit bench export-openvino`), float32
+                     inference and KV cache, `threads` inference threads; one call per turn
+  openvino-native    the same with OpenVINO's CPU defaults (bf16 inference where the CPU has bf16
+                     instructions, a u8 KV cache)
 
-The transformers arms are the benchmark's reference engines (kit/bench/engines.py, on the kit
-backend's model): the same chat template rendering and tool-call parsing, completions with the same
-token ids and counts; only the generation call differs. Each arm gets one short untimed warm-up
-(weights packed, kernels for each batch shape chosen, templates compiled, managers made), then the
+The transformers and openvino arms are the benchmark's reference engines (kit/bench/engines.py, on the
+kit backend's model and tokenizer): the same chat template rendering and tool-call parsing, completions
+with the same token ids and counts; only the generation call differs. The openvino arms need the
+`openvino` extra (openvino-genai) and the export; without either they fail as arms. Each arm gets
+one short untimed warm-up (weights packed, kernels for each batch shape chosen, templates compiled,
+managers made; a new openvino pipeline gets its own at every clear_cache), then the
 repeats alternate the arms (the order rotating each repeat) and each timed run starts with an empty
 prefix cache (Backend.clear_cache). The number is aggregate generated tokens per second (agent + user
 completions / wall time), each arm's fastest repeat (as `timeit` reports the minimum: slower repeats
@@ -35,8 +42,9 @@ from kit.envs import load_domain
 from kit.llm.types import SamplingParams
 from kit.rollout.loop import RolloutConfig, run_episodes
 
-ARMS = ("kit", "kit-sequential", "kit-bf16", "hf-generate", "hf-generate-batch")
+ARMS = ("kit", "kit-sequential", "kit-bf16", "hf-generate", "hf-generate-batch", "openvino", "openvino-native")
 ENGINE = {"hf-generate": "generate", "hf-generate-batch": "generate_batch"}  # arm -> kit.bench.engines engine
+OPENVINO = {"openvino": "f32", "openvino-native": "native"}  # arm -> kit.bench.engines.OpenVINOGenAI precision
 
 
 @dataclass
@@ -119,20 +127,21 @@ def _profile(backend, before) -> str:
     return delta.summary()
 
 
-def _backends(backend, arms: Sequence[str]) -> dict:
-    """The backend each arm runs on: `backend` for the kit's arms, a reference backend on the same model
-    with transformers' engine for the others (kit.bench.engines.reference_backend)."""
-    out = {}
-    for arm in arms:
-        if arm == "kit-bf16":
-            out[arm] = _bf16_backend(backend)
-        elif arm not in ENGINE:
-            out[arm] = backend
-        else:
-            from kit.bench.engines import reference_backend  # imports torch: only for a transformers arm
+def _arm_backend(backend, arm: str, openvino_model=None, threads: int | None = None):
+    """The backend `arm` runs on: `backend` for the kit's arms, a reference backend on the same model
+    with transformers' engine (kit.bench.engines.reference_backend) or OpenVINO GenAI on an export of
+    it (kit.bench.engines.openvino_backend) for the others."""
+    if arm == "kit-bf16":
+        return _bf16_backend(backend)
+    if arm in OPENVINO:
+        from kit.bench.engines import openvino_backend
 
-            out[arm] = reference_backend(backend, ENGINE[arm])
-    return out
+        return openvino_backend(backend, openvino_model, threads=threads, precision=OPENVINO[arm])
+    if arm not in ENGINE:
+        return backend
+    from kit.bench.engines import reference_backend  # imports torch: only for a transformers arm
+
+    return reference_backend(backend, ENGINE[arm])
 
 
 def _bf16_backend(backend):
@@ -159,9 +168,11 @@ def _run(arm: str, backend, dom, task, group: int, max_messages: int, params: Sa
 
 def bench_arms(backend, arms: Sequence[str] = ARMS, domain: str = "mock", task_index: int = 0, group: int = 8,
                max_messages: int = 8, max_new_tokens: int = 64, seed: int = 0,
-               log: Callable[[str], None] | None = print, repeat: int = 1) -> list[ArmResult]:
+               log: Callable[[str], None] | None = print, repeat: int = 1, openvino_model=None,
+               threads: int | None = None) -> list[ArmResult]:
     """Each arm's fastest of `repeat` timed runs of the same episodes (see the module doc), in the
-    order of `arms`; `log` gets each run's time and the kit engine's profile lines."""
+    order of `arms`; `log` gets each run's time and the kit engine's profile lines. `openvino_model`:
+    the OpenVINO export the openvino arms load; `threads`: their inference threads (None: torch's)."""
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
     check_arms(arms)
@@ -169,7 +180,6 @@ def bench_arms(backend, arms: Sequence[str] = ARMS, domain: str = "mock", task_i
     task = dom.tasks()[task_index]
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens)
     short = SamplingParams(temperature=1.0, max_new_tokens=8)
-    backends = _backends(backend, arms)
     errors: dict[str, str] = {}
     runs: dict[str, list[ArmResult]] = {a: [] for a in arms}
 
@@ -182,8 +192,13 @@ def bench_arms(backend, arms: Sequence[str] = ARMS, domain: str = "mock", task_i
                 log(f"{arm} failed: {errors[arm]}")
             return None
 
-    for arm in arms:  # warm-up, not timed: what the arm would otherwise pay once, inside its first run
-        attempt(arm, lambda arm=arm: _run(arm, backends[arm], dom, task, group, 2, short, seed))
+    backends = {arm: _arm_backend(backend, arm) for arm in arms if arm not in OPENVINO}
+    for arm in (a for a in arms if a in OPENVINO):  # no package or no export here: that arm fails, the others go on
+        made = attempt(arm, lambda arm=arm: _arm_backend(backend, arm, openvino_model, threads))
+        if made is not None:
+            backends[arm] = made
+    for arm, b in backends.items():  # warm-up, not timed: what the arm would otherwise pay once, inside its first run
+        attempt(arm, lambda arm=arm, b=b: _run(arm, b, dom, task, group, 2, short, seed))
     for r in range(repeat):
         order = list(arms[r % len(arms):]) + list(arms[: r % len(arms)])  # no arm always goes first
         for arm in order:
