@@ -27,6 +27,7 @@ threads = None  # torch CPU threads (None: torch's default).
 domain = 'mock'  # τ² domain (mock, airline, retail, telecom) or a registered kit domain.
 backend = 'hf'  # How a model *folder* is served for sampling: 'hf' (transformers) or 'vllm' (GPU offline engine).
 kv_cache_gib = None  # Most GiB of key/value states each transformers sampler keeps to reuse prompt prefixes across turns (None: 4 on CPU, a tenth of the GPU's memory). A stage samples with up to two (agent and user): lower it where peak memory counts more than prefill time.
+cpu_bf16 = False  # bfloat16 matmuls on a CPU with bf16 instructions (AVX512-BF16, AMX; kit.llm.precision): training under autocast with float32 weights, sampling on bf16 packed weights. ~1.7x faster training on such a CPU; results carry bf16 rounding. Ignored (float32, said in the log) on other CPUs and on GPUs.
 model = None  # Policy to train: '@<sft_agent>', an HF folder or 'embedded'. None: the latest sft_agent stage, else the base_model.
 user_model = None  # User simulator. None: the latest sft_user stage (the paper's fine-tuned user), else the base_model (raw user).
 user_tag = None  # 'fine-tuned' or 'raw' (None: inferred).
