@@ -384,7 +384,7 @@ def _cmd_bench_grpo(args: argparse.Namespace) -> int:
                   "tasks_file": tasks_file, "filter_mode": args.filter_mode, "seed": args.seed,
                   "pack_turns": not args.no_pack, "micro_batch_size": args.micro_batch,
                   "micro_batch_tokens": args.micro_batch_tokens, "threads": args.threads,
-                  **({"lora": True} if args.lora else {})}
+                  **({"lora": True} if args.lora else {}), **({"cpu_bf16": True} if args.cpu_bf16 else {})}
         return _bench_against(against.GRPO, kwargs, args)
     if args.threads:
         import torch
@@ -393,7 +393,7 @@ def _cmd_bench_grpo(args: argparse.Namespace) -> int:
     res = bench_grpo(args.group, args.tasks_per_step, args.steps, args.max_new_tokens, args.max_messages,
                      args.model, args.user_model, args.domain, args.split, args.tasks_file, args.filter_mode,
                      args.seed, pack_turns=not args.no_pack, micro_batch_size=args.micro_batch,
-                     micro_batch_tokens=args.micro_batch_tokens, lora=args.lora)
+                     micro_batch_tokens=args.micro_batch_tokens, lora=args.lora, cpu_bf16=args.cpu_bf16)
     print(f"{res.settings['n_tasks']} tasks ({res.settings['tasks']}), group {args.group} x {args.tasks_per_step} "
           f"tasks per step, {args.max_new_tokens} new tokens, {args.max_messages} messages, filter "
           f"{args.filter_mode}; loaded in {res.load_s:.1f} s")
@@ -779,6 +779,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="most padded tokens per forward/backward (bounds the update's memory; default: rows only)")
     bg.add_argument("--lora", action="store_true", help="LoRA adapters (the kit's defaults: r 16, all linear layers) "
                     "instead of full fine-tuning: the update computes no weight gradients for the frozen weights")
+    bg.add_argument("--cpu-bf16", action="store_true", help="bf16 matmuls on a CPU with bf16 instructions, as a "
+                    "stage's cpu_bf16 (kit/llm/precision.py); with --against, a revision without it runs float32")
     bg.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     bg.add_argument("--out", default=None, help="write the numbers as JSON here")
     _against_arguments(bg)

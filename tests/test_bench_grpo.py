@@ -19,14 +19,18 @@ FIELDS = {"step", "rollout_s", "score_s", "update_s", "step_s", "episodes", "epi
 
 
 @pytest.mark.slow
-def test_bench_grpo_writes_each_steps_times_and_the_parts_fit_in_the_step(tmp_path, capsys):
+def test_bench_grpo_writes_each_steps_times_and_the_parts_fit_in_the_step(tmp_path, capsys, monkeypatch):
+    from kit.llm import precision
+
+    monkeypatch.setenv(precision.ENV, "0")  # --cpu-bf16 sets it for this process: restored after the test
     out = tmp_path / "bench.json"
     argv = ["bench", "grpo", "--steps", "1", "--group", "2", "--tasks-per-step", "1", "--max-new-tokens", "8",
-            "--max-messages", "4", "--threads", "1", "--out", str(out)]
+            "--max-messages", "4", "--threads", "1", "--cpu-bf16", "--out", str(out)]
     assert main(argv) == 0
     res = json.loads(out.read_text())
     assert res["settings"]["group"] == 2 and res["settings"]["tasks"] == "split:heldout"
     assert res["settings"]["lora"] is False  # full fine-tuning unless --lora
+    assert res["settings"]["cpu_bf16"] is precision.supported()  # on where this CPU has bf16 instructions
     assert len(res["steps"]) == 1 and set(res["steps"][0]) == FIELDS and set(res["total"]) == FIELDS
     step = res["steps"][0]
     assert step["rollout_s"] + step["score_s"] + step["update_s"] <= step["step_s"]

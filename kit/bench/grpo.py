@@ -23,6 +23,7 @@ filled): run 2 or more steps to see the steady state.
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -120,7 +121,7 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
                domain: str = "mock", split: str = "heldout", tasks_file: str | None = None,
                filter_mode: str = "off", seed: int = 0, log: Callable[[str], None] | None = print,
                pack_turns: bool = True, micro_batch_size: int = 4,
-               micro_batch_tokens: int | None = None, lora: bool = False) -> GRPOBench:
+               micro_batch_tokens: int | None = None, lora: bool = False, cpu_bf16: bool = False) -> GRPOBench:
     """Build the trainer, run `steps` steps, and return each step's times (see the module doc); `log`
     gets one line per step as it ends."""
     import torch
@@ -133,6 +134,10 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
     from kit.train.grpo import GRPOTrainer
     from kit.train.grpo_config import GRPOConfig
 
+    from kit.llm import precision
+
+    if cpu_bf16:  # as a stage's cpu_bf16 does: through the environment, read by the samplers and the update
+        os.environ[precision.ENV] = "1"
     t0 = time.perf_counter()
     dom = load_domain(domain)
     tasks, checked = bench_tasks(dom, split, tasks_file)
@@ -160,7 +165,7 @@ def bench_grpo(group: int = 4, tasks_per_step: int = 2, steps: int = 2, max_new_
                 "max_messages": max_messages, "filter_mode": filter_mode, "seed": seed, "domain": domain,
                 "tasks": tasks_file or f"split:{split}", "n_tasks": len(tasks), "model": model or "embedded",
                 "user_model": user_model, "pack_turns": pack_turns, "micro_batch_size": micro_batch_size,
-                "micro_batch_tokens": micro_batch_tokens, "lora": lora}
+                "micro_batch_tokens": micro_batch_tokens, "lora": lora, "cpu_bf16": precision.enabled()}
     machine = {"device": str(trainer.acc.device), "torch_threads": torch.get_num_threads(),
                "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                "python": platform.python_version(), "torch": torch.__version__}
