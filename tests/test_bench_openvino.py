@@ -1,8 +1,8 @@
 """`kit bench rollout`'s openvino arms (kit/bench/engines.py: OpenVINOGenAI) and the export behind them
 (kit/bench/openvino_export.py). The arms' failures need neither openvino_genai nor an export; the real
 episodes need both: the `openvino` extra in this venv and the exporter's side venv (optimum-intel),
-found at $KIT_OV_EXPORT_PYTHON, .venv-ov-export/bin/python (`make openvino-export-env`) or
-/work/ov-export-venv/bin/python; $KIT_OPENVINO_MODEL names an export already made instead."""
+found at $KIT_OV_EXPORT_PYTHON or .venv-ov-export/bin/python (`make openvino-export-env`);
+$KIT_OPENVINO_MODEL names an export already made instead."""
 
 import importlib.util
 import os
@@ -24,8 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _side_python() -> Path | None:
-    for cand in (os.environ.get("KIT_OV_EXPORT_PYTHON"), ROOT / ".venv-ov-export/bin/python",
-                 "/work/ov-export-venv/bin/python"):
+    for cand in (os.environ.get("KIT_OV_EXPORT_PYTHON"), ROOT / ".venv-ov-export/bin/python"):
         if cand and Path(cand).is_file():
             return Path(cand)
     return None
