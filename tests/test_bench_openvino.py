@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from kit.bench.openvino_export import REQUIRED, check_export, compressed_constants, export_openvino
 from kit.bench.rollout import ARMS, OPENVINO, bench_arms, check_arms, report_lines
 from kit.errors import NotFound, Unavailable
+from test_bench_rollout import backend  # noqa: F401  (the embedded model's backend at one thread, per module)
 
 HAS_GENAI = importlib.util.find_spec("openvino_genai") is not None
 needs_genai = pytest.mark.skipif(not HAS_GENAI, reason="openvino_genai is not installed (pip install -e '.[openvino]')")
@@ -28,16 +29,6 @@ def _side_python() -> Path | None:
         if cand and Path(cand).is_file():
             return Path(cand)
     return None
-
-
-@pytest.fixture(scope="module")
-def backend():
-    from kit.llm import make_backend
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield make_backend("embedded")
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

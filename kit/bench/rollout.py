@@ -145,16 +145,17 @@ def _arm_backend(backend, arm: str, openvino_model=None, threads: int | None = N
 
 
 def _bf16_backend(backend):
-    """A second kit backend on the same model whose packed weights are bfloat16 (where the CPU can)."""
+    """A second kit backend on the same model whose packed weights are bfloat16."""
     from kit.llm.hf import HFBackend
 
-    return HFBackend(model=backend.model, tokenizer=backend.tokenizer, tool_mode=backend.tool_mode, cpu_bf16=True)
+    made = HFBackend(model=backend.model, tokenizer=backend.tokenizer, tool_mode=backend.tool_mode, cpu_bf16=True)
+    if not made.cpu_bf16:
+        raise RuntimeError("this CPU has no bf16 instructions (AVX512-BF16 / AMX), or the model is not float32 on CPU")
+    return made
 
 
 def _run(arm: str, backend, dom, task, group: int, max_messages: int, params: SamplingParams, seed: int):
     """The arm's episodes: all at once (turn by turn), or one at a time."""
-    if arm == "kit-bf16" and not backend.cpu_bf16:
-        raise RuntimeError("this CPU has no bf16 instructions (AVX512-BF16 / AMX), or the model is not float32 on CPU")
     if arm == "kit-sequential":
         trajs = []
         for i in range(group):
@@ -192,8 +193,9 @@ def bench_arms(backend, arms: Sequence[str] = ARMS, domain: str = "mock", task_i
                 log(f"{arm} failed: {errors[arm]}")
             return None
 
-    backends = {arm: _arm_backend(backend, arm) for arm in arms if arm not in OPENVINO}
-    for arm in (a for a in arms if a in OPENVINO):  # no package or no export here: that arm fails, the others go on
+    made_here = (*OPENVINO, "kit-bf16")  # arms that may not run on this machine: that arm fails, the others go on
+    backends = {arm: _arm_backend(backend, arm) for arm in arms if arm not in made_here}
+    for arm in (a for a in arms if a in made_here):
         made = attempt(arm, lambda arm=arm: _arm_backend(backend, arm, openvino_model, threads))
         if made is not None:
             backends[arm] = made
