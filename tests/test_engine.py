@@ -429,7 +429,7 @@ def _engine_without_models(tmp_path, **knobs):
 
     from kit.engine.run import Engine
 
-    stand_in = SimpleNamespace(caps=SimpleNamespace(scores=False, tokenizer=False))
+    stand_in = SimpleNamespace(caps=SimpleNamespace(scores=False, tokenizer=False, parallel=True))
     return Engine(EngineConfig(domain="mock", out_dir=str(tmp_path / "e"), sft_tokenizer="embedded", wandb=False,
                                **knobs), progress=False, backends=dict.fromkeys(("model", "agent", "user"), stand_in))
 

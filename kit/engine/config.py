@@ -34,8 +34,9 @@ class EngineKnobs(BaseModel):
                                          "template renders SFT samples (default: the agent model's; an endpoint "
                                          "has none: name the served model's folder, else the embedded model's "
                                          "template is used).")
-    concurrency: int = Field(default=8, ge=1, description="Units (plans) in flight at once with endpoint backends; "
-                             "in-process hf models always run one unit at a time.")
+    concurrency: int = Field(default=8, ge=1, description="Units (plans) in flight at once: concurrent requests "
+                             "to endpoints; with an in-process model, worker threads whose model calls run "
+                             "as one batch (kit/llm/coalesce.py). 1: one unit after another.")
     max_messages: int = Field(default=16, ge=2, description="Messages per rollout episode.")
     max_new_tokens: int = Field(default=96, ge=8, description="Most tokens per agent turn in rollouts.")
     user_max_new_tokens: int = Field(default=96, ge=8, description="Most tokens per user turn in rollouts.")

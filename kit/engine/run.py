@@ -20,6 +20,7 @@ sft_agent.jsonl / sft_user.jsonl; rounds.csv, plans/round_<k>.json, prompts/roun
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import subprocess
@@ -96,6 +97,7 @@ class Engine:
         self.engine_llm = given.get("model") or self._backend(cfg.model)
         self.agent = given.get("agent") or self._backend(cfg.agent_model or cfg.model)
         self.user = given.get("user") or self._backend(cfg.user_model or cfg.model)
+        self.coalescer = self._coalesce() if cfg.concurrency > 1 else None
         self.chooser = Chooser(self.engine_llm, temperature=cfg.choice_temperature, seed=cfg.seed)  # plans, reflection
         self.write_tools = frozenset(n for n in self.domain.tool_names("assistant")
                                      if self.domain.tool_kind(n) == "write")
@@ -114,6 +116,21 @@ class Engine:
             if key not in self._backends:
                 self._backends[key] = make_backend(spec)
         return self._backends[key]
+
+    def _coalesce(self):
+        """In-process models run one forward pass at a time: the units then run in threads whose model
+        calls are gathered and batched (kit/llm/coalesce.py); None where every backend takes calls
+        from several threads itself (endpoints)."""
+        if all(b.caps.parallel for b in (self.engine_llm, self.agent, self.user)):
+            return None
+        from kit.llm.coalesce import Coalescer
+
+        coalescer, wrapped = Coalescer(), {}
+        for role in ("engine_llm", "agent", "user"):
+            b = getattr(self, role)
+            if not b.caps.parallel:
+                setattr(self, role, wrapped.setdefault(id(b), coalescer.wrap(b)))
+        return coalescer
 
     @property
     def tokenizer(self):
@@ -278,11 +295,11 @@ class Engine:
         """One plan in one round: task proposals, their validation, rollouts of the accepted ones, SFT samples."""
         t0 = time.perf_counter()
         unit = unit_id(r, p)
-        chooser, synth = self._unit_roles(_seed(self.cfg.seed, r, p))
         proposals, accepted, flagged = [], [], set()
-        for a in range(self.cfg.tasks_per_plan):
-            prop = synth.propose(plan, unit, a, f"syn-{unit}-a{a}", seed=_seed(self.cfg.seed, r, p, a))
-            rec, reasons, would = self._validate(plan, prop, chooser)
+        fallbacks = 0
+        for a, (prop, chooser) in enumerate(self._proposals(unit, r, p, plan)):
+            rec, reasons, would = self._validate(plan, prop, chooser)  # in attempt order: duplicates too
+            fallbacks += chooser.fallbacks
             row = prop.record()
             row.update({"round": r, "accepted": rec is not None, "reasons": [why.to_json() for why in reasons],
                         "unvalidated": [why.to_json() for why in would]})
@@ -299,7 +316,28 @@ class Engine:
         return UnitResult(unit=unit, round=r, plan_id=plan.id, proposals=proposals, accepted=accepted,
                           episodes=episodes, samples_agent=samples_agent, samples_user=samples_user,
                           sft_ungrounded=ungrounded,
-                          choice_fallbacks=chooser.fallbacks, wall_s=round(time.perf_counter() - t0, 2))
+                          choice_fallbacks=fallbacks, wall_s=round(time.perf_counter() - t0, 2))
+
+    def _proposals(self, unit: str, r: int, p: int, plan) -> list[tuple[Any, Chooser]]:
+        """The unit's task proposals, each with its own chooser and synthesizer (seeded by its attempt),
+        and the chooser that judges it; side by side as worker jobs where the model calls are coalesced
+        (their calls run as one batch), else one after another. A proposal does not see the tasks its
+        unit's other proposals make: a repeat is the duplicate check's to reject."""
+        def one(a: int) -> tuple[Any, Chooser]:
+            chooser, synth = self._unit_roles(_seed(self.cfg.seed, r, p, a))
+            return synth.propose(plan, unit, a, f"syn-{unit}-a{a}", seed=_seed(self.cfg.seed, r, p, a)), chooser
+
+        n = self.cfg.tasks_per_plan
+        if self.coalescer is None or n <= 1:
+            return [one(a) for a in range(n)]
+        from concurrent.futures import ThreadPoolExecutor
+
+        def job(a: int) -> tuple[Any, Chooser]:
+            with group.worker(f"{unit}-a{a:03d}"):
+                return one(a)
+
+        with self.coalescer.workers(n, n) as group, ThreadPoolExecutor(max_workers=n) as pool:
+            return list(pool.map(job, range(n)))
 
     def _rollouts(self, unit: str, r: int, accepted: list[CheckedTask]) -> list[Episode]:
         """G episodes per accepted task; each is verified once, and that verdict serves the checker,
@@ -374,17 +412,25 @@ class Engine:
     # ----- rounds -----------------------------------------------------------------------------
 
     def _map_units(self, r: int, todo: list) -> Iterator[UnitResult]:
-        """A round's units, each as it finishes; with an endpoint backend, `concurrency` of them at
-        once (each unit's rollouts are already concurrent requests inside the backend)."""
-        workers = self.cfg.concurrency if self._parallel_ok() else 1
+        """A round's units, each as it finishes; `concurrency` of them at once: with endpoint backends
+        as concurrent requests, with in-process models as worker threads whose model calls run batched
+        (kit/llm/coalesce.py)."""
+        workers = min(self.cfg.concurrency, len(todo)) if self._parallel_ok() else 1
         if workers <= 1:
             for p, plan in todo:
                 yield self._run_unit(r, p, plan)
             return
         from concurrent.futures import ThreadPoolExecutor, as_completed
 
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(self._run_unit, r, p, plan) for p, plan in todo]
+        def unit(p: int, plan) -> UnitResult:
+            if group is None:
+                return self._run_unit(r, p, plan)
+            with group.worker(unit_id(r, p)):
+                return self._run_unit(r, p, plan)
+
+        with (self.coalescer.workers(len(todo), workers) if self.coalescer else contextlib.nullcontext()) as group, \
+                ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(unit, p, plan) for p, plan in todo]
             for f in as_completed(futures):
                 yield f.result()
 

@@ -191,32 +191,36 @@ class HFBackend(Backend):
     def score_options(self, messages: list[ChatMessage], options: list[str]) -> list[float]:
         """Each option's mean log-probability per token as the continuation of `messages` (rendered
         by the chat template, generation prompt added, no tools). The prompt's KV states are
-        computed once; each option runs on top of them and is cropped off again. An option that
-        encodes to no token scores -1e9."""
+        computed once; the options then run as one batch on top of them (right-padded: a pad comes
+        after every token that is scored, so it changes none of their logits), on the packed weights
+        generation uses (bf16 with `cpu_bf16`). An option that encodes to no token scores -1e9."""
         import torch
         from transformers import DynamicCache
 
         tok, model = self.tokenizer, self.model
         prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         p_ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
-        out = []
-        with torch.inference_mode():
+        encoded = [tok(opt, add_special_tokens=False).input_ids for opt in options]
+        out = [-1e9] * len(options)
+        packed = self.packed.use(model) if self.packed is not None else contextlib.nullcontext()
+        with torch.inference_mode(), packed:
             cache = DynamicCache(config=model.config.get_text_config(decoder=True))
             first = model(input_ids=p_ids, cache=cache, use_cache=True)
-            last_logits = first.logits[0, -1].float()
-            plen = p_ids.shape[1]
-            for opt in options:
-                o_ids = tok(opt, add_special_tokens=False, return_tensors="pt").input_ids.to(model.device)
-                if o_ids.shape[1] == 0:
-                    out.append(-1e9)
-                    continue
-                lp = torch.log_softmax(last_logits, -1)[o_ids[0, 0]].item()
-                if o_ids.shape[1] > 1:
-                    res = model(input_ids=o_ids[:, :-1], cache=cache, use_cache=True)
-                    logp = torch.log_softmax(res.logits[0].float(), -1)
-                    lp += logp.gather(1, o_ids[0, 1:, None]).sum().item()
-                    cache.crop(-(cache.get_seq_length() - plen))  # back to the prompt alone
-                out.append(lp / o_ids.shape[1])
+            first_lp = torch.log_softmax(first.logits[0, -1].float(), -1)
+            longer = [i for i, ids in enumerate(encoded) if len(ids) > 1]
+            rest: dict[int, float] = {}
+            if longer:
+                width = max(len(encoded[i]) for i in longer) - 1
+                batch = torch.tensor([encoded[i][:-1] + [self.pad_id] * (width - len(encoded[i]) + 1) for i in longer],
+                                     device=model.device)
+                cache.batch_repeat_interleave(len(longer))
+                logp = torch.log_softmax(model(input_ids=batch, cache=cache, use_cache=True).logits.float(), -1)
+                for row, i in enumerate(longer):
+                    targets = torch.tensor(encoded[i][1:], device=model.device)
+                    rest[i] = logp[row, : len(targets)].gather(1, targets[:, None]).sum().item()
+            for i, ids in enumerate(encoded):
+                if ids:
+                    out[i] = (first_lp[ids[0]].item() + rest.get(i, 0.0)) / len(ids)
         return out
 
     def render(self, messages: list[ChatMessage], tools: list[ToolSchema] | None = None) -> str:
@@ -253,6 +257,44 @@ class HFBackend(Backend):
         finally:
             self.model.train(was_training)
         return results
+
+    def generate_seeded(
+        self,
+        conversations: list[list[ChatMessage]],
+        tools: list[ToolSchema] | None,
+        params: SamplingParams,
+        seeds: list[int | None],
+        max_new_tokens: list[int] | None = None,
+    ) -> list[Completion]:
+        """One completion per conversation, row i sampled with its own seed `seeds[i]` (None: the global
+        RNG), all rows in one batch where the fast path applies: the calls of several callers (each with
+        its own seed, kit.llm.coalesce) run as one. A row's draws come from its own random stream, so
+        they do not depend on the other rows (its logits can, by float rounding in a batch). Elsewhere,
+        one `generate_batch` per row with its seed. `max_new_tokens`: a limit per row (default: params')."""
+        from kit.llm.fast import effective_config, plain_sampling
+
+        params = as_params(params).model_copy(update={"n": 1, "seed": None})
+        gen = self._generation_config(params)
+        effective = effective_config(self.model, gen) if self.fast_decode else None
+        limits = list(max_new_tokens or [params.max_new_tokens] * len(conversations))
+        if effective is None or not plain_sampling(effective) or any(s is None for s in seeds):
+            return [self.generate_batch([conv], tools, params.model_copy(update={"seed": seed, "max_new_tokens": m}))[0][0]
+                    for conv, seed, m in zip(conversations, seeds, limits)]
+        prompts = [self.render(conv, tools) for conv in conversations]
+        was_training = self.model.training
+        if was_training:
+            self.invalidate()
+        self.model.eval()
+        out: list[Completion] = []
+        try:
+            with self._grad_off():
+                for start in range(0, len(prompts), self.max_batch_size):
+                    end = start + self.max_batch_size
+                    out += self._generate_fast(prompts[start:end], params, effective, seeds=seeds[start:end],
+                                               limits=limits[start:end])
+        finally:
+            self.model.train(was_training)
+        return out
 
     def _grad_off(self) -> Any:
         """The autograd mode generation runs under (inference mode: no version counters either)."""
@@ -291,7 +333,8 @@ class HFBackend(Backend):
         prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
         return [self._completion(ids, int(n), params.stop) for ids, n in zip(new_tokens, prompt_lens)]
 
-    def _generate_fast(self, prompts: list[str], params: SamplingParams, gen: Any) -> list[Completion]:
+    def _generate_fast(self, prompts: list[str], params: SamplingParams, gen: Any,
+                       seeds: list[int] | None = None, limits: list[int] | None = None) -> list[Completion]:
         """kit.llm.fast.generate: per-row prefix reuse, ragged prefill, finished rows leave the batch."""
         from kit.llm.fast import Sampler, generate_rows
 
@@ -300,8 +343,8 @@ class HFBackend(Backend):
             new_tokens = generate_rows(
                 self.model,
                 rows,
-                sampler=Sampler(gen),
-                max_new_tokens=params.max_new_tokens,
+                sampler=Sampler(gen, seeds),
+                max_new_tokens=limits or params.max_new_tokens,
                 eos_ids=self.eos_ids,
                 pad_id=self.pad_id,
                 store=self.prefix_cache,

@@ -126,8 +126,13 @@ class Sampler:
     `model.generate`'s; greedy tokens are the same.
     """
 
-    def __init__(self, gen: GenerationConfig):
+    def __init__(self, gen: GenerationConfig, seeds: list[int] | None = None):
         self.greedy = not gen.do_sample
+        # one random stream per row (rows of several callers batched together, each with its own seed):
+        # a row's draws then do not depend on the other rows at all
+        self.generators = None
+        if seeds is not None and not self.greedy:
+            self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.temperature = gen.temperature if gen.temperature not in (None, 1.0) and not self.greedy else None
         self.top_k = max(int(gen.top_k or 0), 0)
         # transformers' warper on the candidates: their softmax is the full one restricted to them
@@ -156,7 +161,10 @@ class Sampler:
             scores = self.top_p(None, scores)
         cdf = torch.softmax(scores, dim=-1).to(torch.float64).cumsum_(dim=-1)
         # the first entry whose cumulative probability exceeds u: a zero-probability token never is
-        u = torch.rand((batch or cdf.shape[0], 1), dtype=torch.float64, device=cdf.device)
+        if self.generators is not None:
+            u = torch.cat([torch.rand((1, 1), dtype=torch.float64, generator=g) for g in self.generators]).to(cdf.device)
+        else:
+            u = torch.rand((batch or cdf.shape[0], 1), dtype=torch.float64, device=cdf.device)
         if rows is not None:
             u = u[torch.tensor(rows, device=cdf.device)]
         u = u * cdf[:, -1:]
@@ -192,7 +200,7 @@ def generate_rows(
     rows: list[list[int]],
     *,
     sampler: Sampler,
-    max_new_tokens: int,
+    max_new_tokens: int | list[int],
     eos_ids: set[int],
     pad_id: int,
     store: PrefixKVCache | None = None,
@@ -202,7 +210,10 @@ def generate_rows(
     stats: GenStats | None = None,
     split_attention: bool = True,
 ) -> list[list[int]]:
-    """Generated ids for every row of prompt ids (see the module doc), padded to the longest row."""
+    """Generated ids for every row of prompt ids (see the module doc), padded to the longest row.
+    `max_new_tokens`: one limit for all rows, or one per row."""
+    limits = list(max_new_tokens) if isinstance(max_new_tokens, (list, tuple)) else [max_new_tokens] * len(rows)
+    max_new_tokens = max(limits)
     stats = stats if stats is not None else GenStats()
     device = next(model.parameters()).device
     t0 = time.perf_counter()
@@ -231,7 +242,7 @@ def generate_rows(
         for k, tok in enumerate(tokens):
             new[k].append(tok)
             seqs[k].append(tok)
-            if tok in eos_ids or len(new[k]) >= max_new_tokens:
+            if tok in eos_ids or len(new[k]) >= limits[cache.order[k]]:
                 finished.append(k)
         if stop_criteria is not None:
             hits = stop_hits(stop_criteria, seqs, pad_id)
