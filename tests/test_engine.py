@@ -633,7 +633,8 @@ def test_engine_rerun_of_a_complete_run_does_nothing(mock_run):
 def test_kill_minus_9_then_rerun_resumes_without_loss_or_duplicates(tmp_path):
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "kit.cli", "synthesize", "--domain", "mock", "--out", str(out), "--rounds", "1",
-           "--num-plans", "2", "--tasks-per-plan", "1", "--group-size", "0", "--no-wandb", "--seed", "3"]
+           "--num-plans", "2", "--tasks-per-plan", "1", "--group-size", "0", "--no-wandb", "--seed", "3",
+           "--concurrency", "1"]  # one unit after the other: the kill lands in the second
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     units = out / "units.jsonl"
