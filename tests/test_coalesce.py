@@ -109,6 +109,7 @@ def test_non_worker_calls_go_straight_through_and_errors_reach_their_caller(back
     assert len(errors) == 1 and len(got) == 1 and got[0][0].text is not None
 
 
+@pytest.mark.timeout(300)  # a slot left open hangs every worker: fail instead
 def test_queued_jobs_take_a_finished_workers_slot(backend):
     """Five jobs on a pool of two threads: every job runs, rounds keep batching two rows, none hangs."""
     from concurrent.futures import ThreadPoolExecutor
@@ -127,6 +128,7 @@ def test_queued_jobs_take_a_finished_workers_slot(backend):
     assert coalescer.rows_batched == 4 and coalescer.rounds == 3, coalescer.summary()  # 2 + 2 + the last alone
 
 
+@pytest.mark.timeout(300)
 def test_a_worker_lends_its_slot_to_its_own_jobs(backend):
     """Two workers, each starting three jobs of its own (the engine: units, then their proposals):
     all eight calls run, the nested jobs' rows batched together, nothing hangs."""
@@ -152,3 +154,31 @@ def test_a_worker_lends_its_slot_to_its_own_jobs(backend):
         out = list(pool.map(unit, range(2), timeout=300))
     assert [len(x) for x in out] == [4, 4] and coalescer.calls == 8
     assert coalescer.rows_batched == 8, coalescer.summary()  # 2 first calls, then 6 jobs' calls in one round
+
+
+@pytest.mark.timeout(300)
+def test_jobs_that_finish_without_a_call_leave_no_slot_open(backend):
+    """A unit whose proposals all fail before asking the model (seen: a make run hung, every thread
+    waiting for slots nobody held) beside a unit that asks: both finish."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    coalescer = Coalescer()
+    model = coalescer.wrap(backend)
+
+    def unit(u: int) -> int:
+        with outer.worker(f"u{u}"):
+            with coalescer.workers(total=4, width=4) as inner, ThreadPoolExecutor(max_workers=4) as pool:
+                def job(a: int) -> int:
+                    with inner.worker(f"u{u}-a{a}"):
+                        if u == 0:
+                            time.sleep(0.05 * a)  # they finish one by one, some before others start
+                            return 0
+                        msgs = [{"role": "user", "content": PROMPTS[a]}]
+                        model.chat(msgs, params=PARAMS.model_copy(update={"seed": a, "max_new_tokens": 3}))
+                        return 1
+                return sum(pool.map(job, range(4), timeout=120))
+
+    with coalescer.workers(total=2, width=2) as outer, ThreadPoolExecutor(max_workers=2) as pool:
+        assert list(pool.map(unit, range(2), timeout=120)) == [0, 4]
+    assert coalescer._live == 0 and coalescer.rows_batched == 4

@@ -63,6 +63,11 @@ class _Group:
     width: int
     unstarted: int
     coalescer: Optional["Coalescer"] = None
+    running: int = 0
+
+    def slots(self) -> int:
+        """Workers of this group a round waits for: those running and those that will take a free thread."""
+        return min(self.width, self.unstarted + self.running)
 
     def worker(self, key: str):
         """Run the `with` block as one of the group's jobs, named `key` (rounds run calls in key order)."""
@@ -96,13 +101,13 @@ class Coalescer:
         group = _Group(total=total, width=width, unstarted=total, coalescer=self)
         nested = getattr(self._local, "key", None) is not None  # a worker that waits for its own jobs
         with self._cv:
-            self._live += min(total, width) - nested  # ... lends them its slot meanwhile
+            self._live += group.slots() - nested  # ... lends them its slot meanwhile
         try:
             yield group
         finally:
             with self._cv:  # jobs that never started (cancelled) hold no slot
-                self._live -= min(group.unstarted, group.width) if group.unstarted > 0 else 0
-                group.unstarted = 0
+                self._live -= group.slots()
+                group.unstarted = group.running = 0
                 self._live += nested
                 batch = self._take_full()
             if batch:
@@ -114,13 +119,15 @@ class Coalescer:
         self._local.key = str(key)
         with self._cv:
             group.unstarted -= 1
+            group.running += 1
         try:
             yield
         finally:
             self._local.key = outer
             with self._cv:
-                if group.unstarted <= 0:
-                    self._live -= 1  # no job of its group left to take this slot
+                before = group.slots()
+                group.running -= 1
+                self._live -= before - group.slots()  # the slot closes unless a queued job takes it
                 batch = self._take_full()
             if batch:
                 self._run(batch)
