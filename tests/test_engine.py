@@ -96,7 +96,10 @@ def test_similarity_flags_near_duplicates_and_diversity_measures_spread():
 
 def test_tool_patterns_of_mock_cover_reads_writes_and_pairs():
     pats = tool_patterns(load_domain("mock"))
-    assert ("change", ["create_task"]) in pats and ("lookup", ["get_users"]) in pats
+    assert ("change", ["create_task"]) in pats and ("lookup_change", ["get_users", "create_task"]) in pats
+    # get_users alone takes no arguments: no question a customer could ask (every such plan's proposals were
+    # rejected as unaskable), so it is no pattern of its own
+    assert ("lookup", ["get_users"]) not in pats
     assert any(i == "multi_change" for i, _ in pats)
     assert all("transfer_to_human_agents" not in t for _, t in pats)
 

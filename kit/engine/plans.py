@@ -123,8 +123,8 @@ def chain_param(domain: Domain, first: str, second: str) -> Optional[str]:
 
 
 def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tuple[str, list[str]]]:
-    """(intent, tools) pairs the domain supports: every read tool alone, every write tool
-    alone, ordered pairs of write tools: at most one per write tool and at most `max_pairs`,
+    """(intent, tools) pairs the domain supports: every read tool that takes arguments alone, every
+    write tool alone, ordered pairs of write tools: at most one per write tool and at most `max_pairs`,
     pairs of two different tools first (the same write twice only where a domain has one write),
     and lookups then a write (`lookup_param`): at most one per write tool; and, where the domain has
     calls its policy forbids (kit/envs/arguments/forbidden.py), a request to refuse per such tool.
@@ -138,7 +138,11 @@ def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tup
     names = [n for n in domain.tool_names("assistant") if n not in GENERIC_TOOLS]
     reads = [n for n in names if domain.tool_kind(n) == "read"]
     writes = [n for n in names if domain.tool_kind(n) == "write"]
-    out = [("change", [w]) for w in writes] + [("lookup", [r]) for r in reads]
+    # a read alone is a customer's question about something they name: a read without arguments (mock's
+    # get_users, airline's list_all_airports) is no such question, and the synthesizer rejects every
+    # proposal of that plan as unaskable; it stays offered as the lookup before a write
+    askable = [r for r in reads if _arguments(domain, r)]
+    out = [("change", [w]) for w in writes] + [("lookup", [r]) for r in askable]
     rng = random.Random(seed)
     pairs = list(itertools.permutations(writes, 2))
     rng.shuffle(pairs)
@@ -152,6 +156,11 @@ def tool_patterns(domain: Domain, max_pairs: int = 6, seed: int = 0) -> list[tup
 
     refusals = [("refuse", [w]) for w in refusal_tools(domain.name) if w in writes]
     return out + lookups[:max(1, max_pairs // 2)] + refusals + device_fix_patterns(domain)
+
+
+def _arguments(domain: Domain, tool: str) -> list[str]:
+    fn = next((s["function"] for s in domain.tool_schemas("assistant") if s["function"]["name"] == tool), {})
+    return list(((fn.get("parameters") or {}).get("properties") or {}).keys())
 
 
 def device_fix_patterns(domain: Domain) -> list[tuple[str, list[str]]]:
