@@ -59,7 +59,17 @@ class PathRef(_Source):
         return self.path
 
     def exists(self) -> bool:
-        return Path(self.path).expanduser().exists()
+        """False also where the OS cannot look the path up (a name longer than it allows: OSError)."""
+        try:
+            return Path(self.path).expanduser().exists()
+        except OSError:
+            return False
+
+    def is_dir(self) -> bool:
+        try:
+            return Path(self.path).expanduser().is_dir()
+        except OSError:
+            return False
 
 
 Source = Union[StageRef, SplitRef, GoldRef, PathRef]

@@ -240,6 +240,20 @@ def test_kit_run_refuses_a_bad_recipe_before_anything_runs(tmp_path):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "reports").exists()
 
 
+@pytest.mark.parametrize("stage,field_", [("sft_agent", "model"), ("sft_agent", "data"), ("grpo", "tasks")])
+def test_a_path_longer_than_the_os_allows_is_an_error_not_a_traceback(tmp_path, stage, field_):
+    """Found by fuzzing recipes: a 5,000-character path made the checks' `is_dir()` raise OSError (Errno 36, File
+    name too long) and `kit run --validate` end in a traceback."""
+    long = "/" + "x" * 5000
+    p = write(tmp_path, f"name: lp\ndomain: mock\nstages:\n  - stage: {stage}\n    params: {{{field_}: '{long}'}}\n")
+    with pytest.raises(RecipeError) as e:
+        load_recipe(p)
+    assert f"params.{field_}" in str(e.value), str(e.value)[-2000:]
+    r = subprocess.run([sys.executable, "-m", "kit.cli", "run", str(p), "--validate"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and f"params.{field_}" in r.stderr, r.stderr[-2000:]
+
+
 def test_set_overrides_and_env_defaults(tmp_path, monkeypatch):
     text = ("name: x\ndomain: '${KIT_TEST_DOMAIN:-mock}'\nstages:\n  - stage: evaluate\n"
             "    params: {trials: '${KIT_TEST_TRIALS:-3}', temperature: 0.6}\n")

@@ -424,6 +424,20 @@ def _is_ref(v: Any) -> bool:
     return isinstance(v, str) and isinstance(parse_source(v), StageRef)
 
 
+def folder_problem(path: str) -> Optional[str]:
+    """What is wrong with a folder a recipe names, or None: it 'does not exist', or the OS cannot even look it up
+    (a name longer than it allows, ...), which `Path.is_dir` raises as OSError instead of answering."""
+    try:
+        return None if Path(path).expanduser().is_dir() else "does not exist"
+    except OSError as e:
+        return f"cannot be looked up: {e.strerror or e} ({len(path)} characters)"
+
+
+def _short(text: str, keep: int = 120) -> str:
+    """A value as an error message quotes it: a 5,000-character path is shown by its ends."""
+    return text if len(text) <= keep else f"{text[:keep // 2]}...{text[-keep // 2:]}"
+
+
 def load_recipe(path: str | Path, overrides: Optional[dict[str, Any]] = None, check_paths: bool = True,
                 check_gpu: bool = True) -> Recipe:
     """Read, validate and expand a recipe. Raises one RecipeError listing every problem found
@@ -590,8 +604,8 @@ def _check_servers(spec: RecipeSpec, plan: list[PlannedStage], errors: _Errors, 
                 elif src.output is not None and src.output not in c.models:
                     errors.add(("servers", i, "model"), f"'{s.model}': a {match[0].stage} stage writes no model "
                                f"folder '{src.output}' (its model folders: {', '.join(c.models)})")
-        elif check_paths and s.model != "embedded" and not Path(s.model).expanduser().is_dir():
-            errors.add(("servers", i, "model"), f"model folder '{s.model}' does not exist (give an HF folder, "
+        elif check_paths and s.model != "embedded" and (why := folder_problem(s.model)):
+            errors.add(("servers", i, "model"), f"model folder '{_short(s.model)}' {why} (give an HF folder, "
                        "'embedded' or '@<stage id>')")
     plans = plan_servers(spec.servers, plan)
     for i, field_, message in plan_problems(plans, plan) + exposure_problems(spec.servers):
@@ -836,8 +850,8 @@ def _check_semantics(plan: list[PlannedStage], spec: RecipeSpec, errors: _Errors
                 continue
             d = None if ms.embedded or not ms.local else ms.path
             if d is not None and d not in seen_dirs:
-                if not Path(d).expanduser().is_dir():
-                    errors.add(loc + (name,), f"model folder '{d}' does not exist (give an HF folder, 'embedded', "
+                if why := folder_problem(d):
+                    errors.add(loc + (name,), f"model folder '{_short(d)}' {why} (give an HF folder, 'embedded', "
                                "'openai:URL#MODEL' or '@<stage id>')", ("stages", ps.index))
                 seen_dirs.add(d)
         # the stage's own checks (its CONTRACT's `check`: inputs that exist, episode budgets that can score)

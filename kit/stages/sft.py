@@ -179,7 +179,7 @@ def check(ps, plan: list, budgets: bool) -> list[Problem]:
     from kit.sources import PathRef, SplitRef, parse_source
 
     src = parse_source(ps.params["data"]) if isinstance(ps.params.get("data"), str) else None
-    if isinstance(src, SplitRef) or (isinstance(src, PathRef) and not Path(src.path).is_dir()):
+    if isinstance(src, SplitRef) or (isinstance(src, PathRef) and not src.is_dir()):
         return [("data", f"'{src}' is neither '@<stage id>', 'gold' nor an existing folder")]
     return []
 
