@@ -20,6 +20,9 @@
   kit view RUN [--arm A] [--task T]             one episode of a run as a dialogue with its verdict (first failed)
   kit report RUN [--out DIR]                    (re)render a run's report: one self-contained HTML file
   kit compare RUN_A RUN_B ... [--out DIR]       one comparison report of finished runs (paired B − A on shared tasks)
+  kit audit RUN                                 what an engine run made: tasks load, gold earns 1, rules, duplicates, mix
+  kit chaos RECIPE [--kills N --seed S]         SIGKILL a run at seeded moments, rerun, compare every artifact
+  kit ablations [RECIPES...]                    the ablation recipes (resumable), then one page of paired arms
 
 A user error (unknown name, missing file, dead endpoint, ...) prints `error:` and `fix:` and exits 2;
 add --debug for its traceback.

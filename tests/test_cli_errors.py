@@ -162,3 +162,16 @@ def test_kit_eval_out_folder_is_a_one_stage_run(tmp_path, monkeypatch):
     _record_cli_stage(Stage("synthesize", {}, {"run_id": "cli", "stage_id": "synthesize", "out_dir": str(engine),
                                                "run_dir": str(engine), "fingerprint": "f" * 16}), str(engine))
     assert not (engine / "manifest.json").exists()
+
+
+def test_kit_help_lists_every_command():
+    """`kit --help` opens with one line per command: none of the parser's commands may be missing there
+    (audit, chaos and ablations were)."""
+    import argparse
+
+    import kit.cli as cli
+
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    listed = {line.split()[1] for line in (cli.__doc__ or "").splitlines() if line.strip().startswith("kit ")}
+    assert set(sub.choices) - listed == set(), sorted(set(sub.choices) - listed)
