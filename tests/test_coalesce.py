@@ -7,27 +7,13 @@ from __future__ import annotations
 import threading
 
 import pytest
-import torch
+from test_llm_hf import backend, model_dir, one_thread  # noqa: F401 - the embedded backend, one torch thread
 
-from kit.llm import make_backend
 from kit.llm.coalesce import Coalescer
 from kit.llm.types import SamplingParams
 
 PROMPTS = ["Name a fruit.", "Name a color.", "Name a city.", "Name an animal."]
 PARAMS = SamplingParams(temperature=1.0, max_new_tokens=12)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def backend():
-    return make_backend("embedded")
 
 
 def _workers(coalescer, model, calls_each: int = 2) -> dict[str, list[str]]:
