@@ -240,22 +240,14 @@ class HFBackend(Backend):
         rows = [(ci, p) for ci, p in enumerate(prompts) for _ in range(params.n)]
         results: list[list[Completion]] = [[] for _ in conversations]
         devices = [self.device] if self.device.type == "cuda" else []
-        was_training = self.model.training
-        if was_training:  # a trainer holds the model: weights may have moved since the last call
-            self.invalidate()
-        self.model.eval()
-        grad_off = self._grad_off()
-        try:
-            with torch.random.fork_rng(devices=devices, enabled=params.seed is not None), grad_off:
-                if params.seed is not None:
-                    torch.manual_seed(params.seed)
-                for start in range(0, len(rows), self.max_batch_size):
-                    chunk = rows[start : start + self.max_batch_size]
-                    outs = self._generate([p for _, p in chunk], params)
-                    for (ci, _), completion in zip(chunk, outs):
-                        results[ci].append(completion)
-        finally:
-            self.model.train(was_training)
+        with self._sampling(), torch.random.fork_rng(devices=devices, enabled=params.seed is not None):
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            for start in range(0, len(rows), self.max_batch_size):
+                chunk = rows[start : start + self.max_batch_size]
+                outs = self._generate([p for _, p in chunk], params)
+                for (ci, _), completion in zip(chunk, outs):
+                    results[ci].append(completion)
         return results
 
     def generate_seeded(
@@ -281,20 +273,27 @@ class HFBackend(Backend):
             return [self.generate_batch([conv], tools, params.model_copy(update={"seed": seed, "max_new_tokens": m}))[0][0]
                     for conv, seed, m in zip(conversations, seeds, limits)]
         prompts = [self.render(conv, tools) for conv in conversations]
+        out: list[Completion] = []
+        with self._sampling():
+            for start in range(0, len(prompts), self.max_batch_size):
+                end = start + self.max_batch_size
+                out += self._generate_fast(prompts[start:end], params, effective, seeds=seeds[start:end],
+                                           limits=limits[start:end])
+        return out
+
+    @contextlib.contextmanager
+    def _sampling(self) -> Any:
+        """The model in eval mode under `_grad_off()` for one generation call, its training mode restored after;
+        a trainer holds the model when it was training: its weights may have moved since the last call."""
         was_training = self.model.training
         if was_training:
             self.invalidate()
         self.model.eval()
-        out: list[Completion] = []
         try:
             with self._grad_off():
-                for start in range(0, len(prompts), self.max_batch_size):
-                    end = start + self.max_batch_size
-                    out += self._generate_fast(prompts[start:end], params, effective, seeds=seeds[start:end],
-                                               limits=limits[start:end])
+                yield
         finally:
             self.model.train(was_training)
-        return out
 
     def _grad_off(self) -> Any:
         """The autograd mode generation runs under (inference mode: no version counters either)."""
